@@ -1,0 +1,244 @@
+//! Client configuration: the builder, its defaults, and validation.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::{ConnectionAddr, IntoConnectionInfo};
+
+use crate::client::Client;
+use crate::error::ConfigError;
+use crate::node::{Node, NodeTimeouts, Registry};
+use crate::resource::{DEFAULT_PREFIX, MAX_PREFIX_LEN};
+use crate::retry::Retry;
+use crate::validity::DriftFactor;
+
+/// Builds a [`Client`]. Every setter documents its default; `build`
+/// validates everything and connects to nothing (nodes are connected on first
+/// use, so a client can be built while some nodes are down).
+#[derive(Debug, Clone)]
+#[must_use]
+pub struct Builder {
+    urls: Vec<String>,
+    node_timeout: Duration,
+    connect_timeout: Duration,
+    reconnect_backoff_max: Duration,
+    drift_factor: f64,
+    min_validity: Duration,
+    key_prefix: String,
+    retry: Retry,
+}
+
+/// The validated settings a client runs with.
+#[derive(Debug, Clone)]
+pub(crate) struct Config {
+    pub(crate) node_timeout: Duration,
+    pub(crate) drift_factor: DriftFactor,
+    pub(crate) min_validity: Duration,
+    pub(crate) key_prefix: String,
+    pub(crate) retry: Retry,
+}
+
+impl Builder {
+    pub(crate) fn new<I, S>(urls: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        Self {
+            urls: urls.into_iter().map(Into::into).collect(),
+            node_timeout: Duration::from_millis(100),
+            connect_timeout: Duration::from_secs(1),
+            reconnect_backoff_max: Duration::from_secs(1),
+            drift_factor: 0.01,
+            min_validity: Duration::ZERO,
+            key_prefix: DEFAULT_PREFIX.to_owned(),
+            retry: Retry::new(),
+        }
+    }
+
+    /// How long one node may take to answer one command before it counts as
+    /// a failed vote. Should be far below the TTLs you use; a node that is
+    /// dead, paused or black-holed costs at most this, and when a majority
+    /// answers sooner it costs the caller nothing. Within an attempt it is
+    /// further capped by the TTL, since a grant arriving after the lock's
+    /// validity ended is useless. Defaults to 100 ms.
+    pub fn node_timeout(mut self, timeout: Duration) -> Self {
+        self.node_timeout = timeout;
+        self
+    }
+
+    /// Bound on connecting to a node (TCP, AUTH, identity checks). A connect
+    /// runs on behalf of all callers; each caller still waits at most its
+    /// node timeout for it. Defaults to 1 second.
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// Longest pause between reconnect attempts to a node that is down
+    /// (pauses start at 25 ms and double). While paused, commands to that
+    /// node fail at once instead of each paying for a failed connect.
+    /// Defaults to 1 second.
+    pub fn reconnect_backoff_max(mut self, max: Duration) -> Self {
+        self.reconnect_backoff_max = max;
+        self
+    }
+
+    /// Clock drift allowance as a fraction of the TTL, in `[0, 1)`: validity
+    /// = TTL − elapsed − (TTL × factor + 2 ms). Defaults to 0.01.
+    pub fn drift_factor(mut self, factor: f64) -> Self {
+        self.drift_factor = factor;
+        self
+    }
+
+    /// A lock whose validity at grant time is below this is not granted
+    /// (it is released and the attempt counts as failed). Defaults to zero:
+    /// any positive validity is accepted.
+    pub fn min_validity(mut self, min: Duration) -> Self {
+        self.min_validity = min;
+        self
+    }
+
+    /// Prefix of every key this client writes. Clients that should exclude
+    /// each other must use the same prefix. Defaults to `"redfence:"`.
+    pub fn key_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.key_prefix = prefix.into();
+        self
+    }
+
+    /// The retry policy of [`Client::acquire`] and of lock requests that do
+    /// not set their own. Defaults to [`Retry::new()`].
+    pub fn retry(mut self, retry: Retry) -> Self {
+        self.retry = retry;
+        self
+    }
+
+    /// Validates the settings and builds the client. Does not connect.
+    pub fn build(self) -> Result<Client, ConfigError> {
+        if self.urls.is_empty() {
+            return Err(ConfigError::NoNodes);
+        }
+        let drift_factor = DriftFactor::new(self.drift_factor)
+            .ok_or(ConfigError::DriftFactor(self.drift_factor))?;
+        for (value, name) in [
+            (self.node_timeout, "node timeout"),
+            (self.connect_timeout, "connect timeout"),
+            (self.reconnect_backoff_max, "reconnect backoff"),
+        ] {
+            if value.is_zero() {
+                return Err(ConfigError::ZeroDuration(name));
+            }
+        }
+        if self.key_prefix.len() > MAX_PREFIX_LEN {
+            return Err(ConfigError::PrefixTooLong(self.key_prefix.len()));
+        }
+        let timeouts = NodeTimeouts {
+            connect: self.connect_timeout,
+            backoff_min: Duration::from_millis(25).min(self.reconnect_backoff_max),
+            backoff_max: self.reconnect_backoff_max,
+        };
+        let registry = Registry::new(self.urls.len());
+        let mut seen: Vec<String> = Vec::with_capacity(self.urls.len());
+        let mut nodes = Vec::with_capacity(self.urls.len());
+        for (index, url) in self.urls.iter().enumerate() {
+            let (client, addr) = parse_node(index, url)?;
+            if let Some(first) = seen.iter().position(|a| *a == addr) {
+                return Err(ConfigError::DuplicateNode {
+                    addr,
+                    first,
+                    second: index,
+                });
+            }
+            seen.push(addr.clone());
+            nodes.push(Node::new(
+                index,
+                addr,
+                client,
+                timeouts,
+                Arc::clone(&registry),
+            ));
+        }
+        let config = Config {
+            node_timeout: self.node_timeout,
+            drift_factor,
+            min_validity: self.min_validity,
+            key_prefix: self.key_prefix,
+            retry: self.retry,
+        };
+        Ok(Client::from_parts(nodes, config))
+    }
+}
+
+/// Parses one URL into a redis client and the address used to detect
+/// duplicates and name the node in errors (`host:port`, plus `/db` when not
+/// 0; never credentials).
+fn parse_node(index: usize, url: &str) -> Result<(redis::Client, String), ConfigError> {
+    let invalid = |source| ConfigError::InvalidUrl {
+        index,
+        url: redact(url),
+        source,
+    };
+    let info = url.into_connection_info().map_err(invalid)?;
+    let addr = match info.addr() {
+        ConnectionAddr::Tcp(host, port) => format!("{}:{port}", host.to_ascii_lowercase()),
+        _ => {
+            return Err(ConfigError::UnsupportedUrl {
+                index,
+                url: redact(url),
+            })
+        }
+    };
+    let db = info.redis_settings().db();
+    let addr = if db == 0 {
+        addr
+    } else {
+        format!("{addr}/{db}")
+    };
+    let client = redis::Client::open(info).map_err(invalid)?;
+    Ok((client, addr))
+}
+
+/// Replaces the password in `scheme://user:password@host` with `***`.
+pub(crate) fn redact(url: &str) -> String {
+    let Some(scheme_end) = url.find("://").map(|i| i + 3) else {
+        return url.to_owned();
+    };
+    let rest = &url[scheme_end..];
+    let Some(at) = rest.rfind('@') else {
+        return url.to_owned();
+    };
+    let userinfo = &rest[..at];
+    match userinfo.find(':') {
+        Some(colon) => format!(
+            "{}{}:***{}",
+            &url[..scheme_end],
+            &userinfo[..colon],
+            &rest[at..]
+        ),
+        None => url.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redaction() {
+        assert_eq!(redact("redis://:secret@h:1"), "redis://:***@h:1");
+        assert_eq!(redact("redis://u:p@ss@h:1"), "redis://u:***@h:1");
+        assert_eq!(redact("redis://h:1"), "redis://h:1");
+        assert_eq!(redact("redis://user@h:1"), "redis://user@h:1");
+        assert_eq!(redact("nonsense"), "nonsense");
+    }
+
+    #[test]
+    fn addresses_normalise_case_and_db() {
+        let (_, a) = parse_node(0, "redis://LOCALHOST:7001").unwrap();
+        assert_eq!(a, "localhost:7001");
+        let (_, b) = parse_node(0, "redis://127.0.0.1:7001/2").unwrap();
+        assert_eq!(b, "127.0.0.1:7001/2");
+        let (_, c) = parse_node(0, "redis://:pw@127.0.0.1:7001").unwrap();
+        assert_eq!(c, "127.0.0.1:7001", "no credentials in the address");
+    }
+}

@@ -1,0 +1,330 @@
+//! Typed errors. Every failure says which phase failed and, for quorum
+//! failures, what each node answered.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// A configuration problem found by [`Builder::build`](crate::Builder::build).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// The node list is empty.
+    #[error("no nodes configured")]
+    NoNodes,
+    /// A node URL could not be parsed. The URL is shown with its password
+    /// replaced by `***`.
+    #[error("node {index} has an invalid url {url:?}")]
+    InvalidUrl {
+        /// Position of the node in the list.
+        index: usize,
+        /// The URL, redacted.
+        url: String,
+        /// What the parser said.
+        #[source]
+        source: redis::RedisError,
+    },
+    /// A node URL uses a scheme this build cannot connect to (e.g. a Unix
+    /// socket path or TLS without the feature).
+    #[error("node {index} ({url:?}) is not a tcp redis:// url")]
+    UnsupportedUrl {
+        /// Position of the node in the list.
+        index: usize,
+        /// The URL, redacted.
+        url: String,
+    },
+    /// The same server address appears twice. Redlock's votes must come from
+    /// independent servers; listing one twice would let it vote twice.
+    #[error("node {second} ({addr}) duplicates node {first}")]
+    DuplicateNode {
+        /// Address (`host:port/db`) listed twice.
+        addr: String,
+        /// Index of the first occurrence.
+        first: usize,
+        /// Index of the repeat.
+        second: usize,
+    },
+    /// The drift factor is not in `[0, 1)`.
+    #[error("drift factor {0} is outside [0, 1)")]
+    DriftFactor(f64),
+    /// A duration setting that must be positive is zero.
+    #[error("{0} must be greater than zero")]
+    ZeroDuration(&'static str),
+    /// The key prefix is longer than [`MAX_PREFIX_LEN`](crate::MAX_PREFIX_LEN) bytes.
+    #[error("key prefix is {0} bytes, more than the maximum")]
+    PrefixTooLong(usize),
+}
+
+/// Which operation a quorum failure belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Phase {
+    /// Taking the lock.
+    Acquire,
+    /// Extending a held lock.
+    Extend,
+}
+
+impl fmt::Display for Phase {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Phase::Acquire => "acquire",
+            Phase::Extend => "extend",
+        })
+    }
+}
+
+/// Why a quorum was not reached.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum FailureReason {
+    /// Other owners hold the lock on so many nodes that a majority was out of
+    /// reach even if every failed node had answered: someone else has it.
+    Contended,
+    /// Nodes that failed (timeout, connection, configuration) made the
+    /// difference: with them healthy a majority might have been reached.
+    Unavailable,
+    /// A majority agreed, but so late that the validity left
+    /// (TTL − elapsed − drift) was not above the configured minimum.
+    ValidityExhausted,
+    /// An extend found the lock gone (expired, or taken by another owner)
+    /// on so many nodes that a majority was out of reach.
+    NotHeld,
+}
+
+impl fmt::Display for FailureReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            FailureReason::Contended => "held by another owner",
+            FailureReason::Unavailable => "too many nodes unavailable",
+            FailureReason::ValidityExhausted => "quorum reached too late, no validity left",
+            FailureReason::NotHeld => "lock no longer held by this owner",
+        })
+    }
+}
+
+/// What went wrong on one node.
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum NodeErrorKind {
+    /// The node did not answer within its per-node budget.
+    #[error("timed out after {0:?}")]
+    Timeout(Duration),
+    /// Another owner holds the key on this node.
+    #[error("held by another owner{}", fmt_expiry(*.expires_in))]
+    HeldByOther {
+        /// The holder's remaining TTL on this node, when the node reported it.
+        expires_in: Option<Duration>,
+    },
+    /// The key on this node is absent or has another owner's value (extend or
+    /// release of a lock that expired or was never taken here).
+    #[error("lock not held by this owner")]
+    NotHeld,
+    /// A TCP connection could not be made (refused, reset, unreachable).
+    #[error("connection failed")]
+    Connect(#[source] Arc<redis::RedisError>),
+    /// The connection dropped while the command was in flight.
+    #[error("connection lost")]
+    ConnectionLost(#[source] Arc<redis::RedisError>),
+    /// The node refused the credentials (or requires some).
+    #[error("authentication failed")]
+    Auth(#[source] Arc<redis::RedisError>),
+    /// The node answered `ROLE` with something other than `master`. Writes to
+    /// a replica are refused or lost on failover; it cannot vote.
+    #[error("node is a {role}, not a master")]
+    NotMaster {
+        /// What `ROLE` said.
+        role: String,
+    },
+    /// The node is the same server (same `run_id`) as another configured
+    /// node: two URLs reach one Redis process, which must not vote twice.
+    #[error("same server as node {other} (run_id {run_id})")]
+    SameServer {
+        /// Index of the node that connected first with this `run_id`.
+        other: usize,
+        /// The shared `run_id`.
+        run_id: String,
+    },
+    /// The last connection attempt failed recently; the client waits before
+    /// trying again instead of paying a connect on every call.
+    #[error("down, next reconnect in {retry_in:?} (last error: {last})")]
+    Backoff {
+        /// Time until the next connection attempt.
+        retry_in: Duration,
+        /// The failure that started the back-off.
+        last: Box<NodeErrorKind>,
+    },
+    /// Any other error from Redis (script error, OOM, unexpected reply).
+    #[error("redis error")]
+    Redis(#[source] Arc<redis::RedisError>),
+}
+
+fn fmt_expiry(expires_in: Option<Duration>) -> String {
+    match expires_in {
+        Some(d) => format!(" (expires in {d:?})"),
+        None => String::new(),
+    }
+}
+
+impl NodeErrorKind {
+    /// Failures that will not go away by retrying: wrong credentials, a
+    /// replica, a duplicate server. An acquire stops retrying when these alone
+    /// make a majority impossible.
+    pub fn is_permanent(&self) -> bool {
+        match self {
+            NodeErrorKind::Auth(_)
+            | NodeErrorKind::NotMaster { .. }
+            | NodeErrorKind::SameServer { .. } => true,
+            NodeErrorKind::Backoff { last, .. } => last.is_permanent(),
+            _ => false,
+        }
+    }
+
+    /// True for a per-node timeout (also behind a back-off).
+    pub fn is_timeout(&self) -> bool {
+        match self {
+            NodeErrorKind::Timeout(_) => true,
+            NodeErrorKind::Backoff { last, .. } => last.is_timeout(),
+            _ => false,
+        }
+    }
+}
+
+/// One node's failure: where, and what.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct NodeFailure {
+    /// Position of the node in the configured list.
+    pub index: usize,
+    /// `host:port` of the node (never includes credentials).
+    pub addr: String,
+    /// What happened.
+    pub kind: NodeErrorKind,
+}
+
+impl fmt::Display for NodeFailure {
+    /// `addr: kind: cause: cause…` — the whole source chain on one line,
+    /// because these are listed inside a larger message.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.addr, self.kind)?;
+        let mut source = std::error::Error::source(&self.kind);
+        while let Some(s) = source {
+            write!(f, ": {s}")?;
+            source = s.source();
+        }
+        Ok(())
+    }
+}
+
+/// A majority of all N nodes could not be reached for an acquire or extend.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct QuorumFailure {
+    /// Which operation failed.
+    pub phase: Phase,
+    /// The resource (as the caller named it, not the Redis key).
+    pub resource: String,
+    /// Why, in one word.
+    pub reason: FailureReason,
+    /// Nodes that granted in the last attempt.
+    pub granted: usize,
+    /// Votes needed: ⌊N/2⌋ + 1.
+    pub quorum: usize,
+    /// N, the number of configured nodes.
+    pub nodes: usize,
+    /// Attempts made (1 for a single try or an extend).
+    pub attempts: u32,
+    /// Time from the first attempt's start to giving up.
+    pub elapsed: Duration,
+    /// The failures of the last attempt, one per node that did not grant,
+    /// in node order. Nodes still unanswered when the outcome became certain
+    /// do not appear (their answer could not have changed it).
+    pub failures: Vec<NodeFailure>,
+}
+
+impl fmt::Display for QuorumFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} of {:?} failed: {}; {} of {} nodes granted, quorum {}, {} attempt{} in {:?}",
+            self.phase,
+            self.resource,
+            self.reason,
+            self.granted,
+            self.nodes,
+            self.quorum,
+            self.attempts,
+            if self.attempts == 1 { "" } else { "s" },
+            self.elapsed,
+        )?;
+        for (i, failure) in self.failures.iter().enumerate() {
+            f.write_str(if i == 0 { " [" } else { "; " })?;
+            write!(f, "{failure}")?;
+        }
+        if !self.failures.is_empty() {
+            f.write_str("]")?;
+        }
+        Ok(())
+    }
+}
+
+/// Every error this crate returns.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The client configuration is invalid.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// The resource name is empty or too long.
+    #[error("invalid resource name: {0}")]
+    InvalidResource(&'static str),
+    /// The TTL is zero, below one millisecond, or above [`MAX_TTL`](crate::MAX_TTL).
+    #[error("invalid ttl {ttl:?}: {reason}")]
+    InvalidTtl {
+        /// The TTL given.
+        ttl: Duration,
+        /// Why it was refused.
+        reason: &'static str,
+    },
+    /// The lock was not acquired (contended, nodes unavailable, or validity
+    /// used up), after the attempts the retry policy allowed.
+    #[error("{0}")]
+    NotAcquired(Box<QuorumFailure>),
+    /// An extend did not reach a majority of all N nodes in time. The lock was
+    /// not released: it stays held until its previous validity runs out.
+    #[error("{0}")]
+    ExtendFailed(Box<QuorumFailure>),
+}
+
+impl Error {
+    /// The quorum failure behind [`Error::NotAcquired`] or
+    /// [`Error::ExtendFailed`].
+    pub fn quorum_failure(&self) -> Option<&QuorumFailure> {
+        match self {
+            Error::NotAcquired(q) | Error::ExtendFailed(q) => Some(q),
+            _ => None,
+        }
+    }
+
+    /// Per-node detail of the last attempt (empty for other errors).
+    pub fn node_failures(&self) -> &[NodeFailure] {
+        self.quorum_failure().map_or(&[], |q| &q.failures)
+    }
+
+    /// True when the lock is held by someone else.
+    pub fn is_contended(&self) -> bool {
+        self.quorum_failure()
+            .is_some_and(|q| q.reason == FailureReason::Contended)
+    }
+
+    /// True when failing nodes (not other owners) prevented a majority.
+    pub fn is_unavailable(&self) -> bool {
+        self.quorum_failure()
+            .is_some_and(|q| q.reason == FailureReason::Unavailable)
+    }
+
+    /// True when any node in the last attempt timed out.
+    pub fn is_timeout(&self) -> bool {
+        self.node_failures().iter().any(|f| f.kind.is_timeout())
+    }
+}

@@ -1,0 +1,101 @@
+//! # redfence
+//!
+//! A distributed lock over N independent Redis masters (the Redlock
+//! algorithm) that survives the loss of a minority of them, with
+//! clock-drift-adjusted validity, bounded waits everywhere, and typed errors
+//! that say what each node answered. With one node it runs in single-node
+//! mode through the same API.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), redfence::Error> {
+//! use std::time::Duration;
+//!
+//! let client = redfence::Client::new([
+//!     "redis://127.0.0.1:7001", "redis://127.0.0.1:7002", "redis://127.0.0.1:7003",
+//! ])?;
+//! let guard = client.acquire("invoice:42", Duration::from_secs(10)).await?;
+//! // ... work while guard.validity() > 0 ...
+//! guard.release().await;
+//! # Ok(()) }
+//! ```
+//!
+//! ## The algorithm
+//!
+//! An attempt draws a fresh unguessable value, sends a `SET key value NX PX
+//! ttl` (inside a Lua script) to **all N nodes at once**, and decides at the
+//! first certain outcome: granted when ⌊N/2⌋ + 1 nodes said yes, failed when
+//! that became impossible. Every node call is bounded by a per-node timeout,
+//! so a dead or paused node costs the caller nothing when a majority answers
+//! first. The lock is valid for `TTL − elapsed − drift` (drift = TTL ×
+//! factor + 2 ms), measured on the monotonic clock from before the first
+//! request; a lock with no validity left is not granted. A failed attempt
+//! releases on every node and, for a waiting acquire, retries after a
+//! jittered pause until a deadline. Release and extend are compare-and-delete
+//! and compare-and-pexpire scripts, so only the owner's value is touched.
+//!
+//! ## What it assumes
+//!
+//! The safety of any lease-based lock rests on timing: nodes' clocks advance
+//! at about the same rate (within the drift factor), a holder is not paused
+//! longer than its remaining validity, nodes are independent masters that
+//! do not evict lock keys, and a node that restarts without its data stays
+//! out of quorums for at least one TTL. DESIGN.md lists each assumption and
+//! what breaks when it fails. Where they cannot be guaranteed (a GC pause can
+//! outlast any lease), the protection is a fencing token checked by the
+//! storage, which the roadmap adds on top of this core.
+//!
+//! ## Map
+//!
+//! - `config`: [`Builder`], defaults and validation.
+//! - `client`: [`Client`]; the acquire, extend and release operations.
+//! - `request`: [`LockRequest`]: acquire, try once, or run a closure under the lock.
+//! - `guard`: [`LockGuard`] and the read-only [`Lease`].
+//! - `retry`: [`Retry`], the waiting policy as a value.
+//! - `node`: one connection per node, identity checks, per-call deadlines.
+//! - `fanout`: concurrent requests to all nodes with early decision.
+//! - `quorum`, `validity`: the pure arithmetic, tested exhaustively.
+//! - `scripts`: the Lua scripts and EVALSHA with NOSCRIPT fallback.
+//! - `resource`: names, keys and lock values.
+//! - `error`: [`Error`] and the per-node detail.
+
+#![forbid(unsafe_code)]
+#![deny(missing_docs, missing_debug_implementations)]
+#![warn(rust_2018_idioms, unreachable_pub)]
+
+mod client;
+mod config;
+mod error;
+mod fanout;
+mod guard;
+mod node;
+mod quorum;
+mod request;
+mod resource;
+mod retry;
+mod scripts;
+mod validity;
+
+pub use client::{Client, Released};
+pub use config::Builder;
+pub use error::{
+    ConfigError, Error, FailureReason, NodeErrorKind, NodeFailure, Phase, QuorumFailure,
+};
+pub use guard::{Lease, LockGuard};
+pub use request::LockRequest;
+pub use resource::{DEFAULT_PREFIX, MAX_PREFIX_LEN, MAX_RESOURCE_LEN};
+pub use retry::Retry;
+pub use validity::{DRIFT_CONSTANT, MAX_TTL};
+
+#[cfg(test)]
+mod tests {
+    /// The handles are meant to be shared across tasks.
+    #[test]
+    fn handles_are_send_and_sync() {
+        fn check<T: Send + Sync + 'static>() {}
+        check::<super::Client>();
+        check::<super::LockGuard>();
+        check::<super::Lease>();
+        check::<super::LockRequest>();
+        check::<super::Error>();
+    }
+}

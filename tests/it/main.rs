@@ -1,0 +1,7 @@
+//! Integration tests against real `redis-server` processes. One test binary
+//! (one link step) with a module per topic.
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod basic;

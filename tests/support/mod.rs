@@ -1,0 +1,5 @@
+#![allow(dead_code)]
+
+pub mod server;
+
+pub use server::*;

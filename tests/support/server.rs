@@ -1,0 +1,688 @@
+//! Real `redis-server` processes for tests, examples and benches.
+//!
+//! Redlock's safety argument is about processes that crash, stall and come
+//! back, so the tests need real servers they can SIGKILL, SIGSTOP and restart
+//! on the same port; a mock cannot lose its data or freeze mid-reply.
+//!
+//! This file is pure `std` and never names `crate` or `super`, so examples and
+//! benches can include it with `#[path = "../tests/support/server.rs"] mod server;`.
+//! Signals go through the `kill` command rather than `libc` to keep the
+//! dev-dependency list empty.
+//!
+//! Every process is owned by a [`RedisServer`] whose `Drop` kills it, and
+//! `Drop` runs during unwinding, so a failing test still cleans up. A test
+//! binary that aborts (or is `SIGKILLed`) can still leak servers: catching that
+//! needs `prctl(PR_SET_PDEATHSIG)`, which is not reachable from `std`.
+
+// Each includer (test binary, example, bench) uses a different subset.
+#![allow(dead_code)]
+
+use std::collections::HashSet;
+use std::fs::{self, File};
+use std::io::{self, BufRead, BufReader, Read, Write};
+use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard, OnceLock, PoisonError};
+use std::thread;
+use std::time::{Duration, Instant};
+
+/// Long enough for a loaded CI machine to replay a small AOF, short enough
+/// that a broken server fails the test instead of hanging it.
+const READY_TIMEOUT: Duration = Duration::from_secs(10);
+/// Bounds every `cli` round trip so a paused or wedged server fails the
+/// test rather than hanging it.
+const CLI_TIMEOUT: Duration = Duration::from_secs(5);
+/// Readiness probes use a short timeout because the port may briefly belong
+/// to a foreign listener (the free-port race) that never answers RESP.
+const PROBE_TIMEOUT: Duration = Duration::from_millis(500);
+const PROBE_INTERVAL: Duration = Duration::from_millis(20);
+/// The free-port race is rare; ten losses in a row means something else is wrong.
+const MAX_PORT_ATTEMPTS: usize = 10;
+/// A restarted server must come back on its old port (clients hold that
+/// address), so wait out a briefly busy port instead of choosing another.
+const RESTART_PORT_WAIT: Duration = Duration::from_secs(3);
+
+/// Distinguishes servers started by one test process; the pid alone is not
+/// unique because tests in one binary run on parallel threads.
+static NEXT_ID: AtomicU64 = AtomicU64::new(0);
+
+/// Ports owned by live servers in this process, so a free-port pick for one
+/// test never lands on the port another test's killed server will be
+/// restarted on. Collisions with other processes are still possible and are
+/// handled by retrying.
+static RESERVED_PORTS: Mutex<Option<HashSet<u16>>> = Mutex::new(None);
+
+fn reserved_ports() -> MutexGuard<'static, Option<HashSet<u16>>> {
+    // A panic while holding this lock leaves the set consistent (it only
+    // ever holds insert/remove), so poisoning is safe to ignore; that also
+    // keeps `Drop` panic-free.
+    RESERVED_PORTS
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+}
+
+/// The `redis-server` binary to run.
+///
+/// Tests must fail loudly, never skip: a suite that silently passes without
+/// Redis would hide every distributed-lock bug. The check runs once per
+/// process because `--version` costs a fork per server otherwise.
+pub fn redis_server_bin() -> String {
+    static BIN: OnceLock<String> = OnceLock::new();
+    BIN.get_or_init(|| {
+        let bin = std::env::var("REDIS_SERVER_BIN").unwrap_or_else(|_| "redis-server".to_owned());
+        let works = Command::new(&bin)
+            .arg("--version")
+            .stdin(Stdio::null())
+            .output()
+            .is_ok_and(|out| out.status.success());
+        assert!(
+            works,
+            "redis-server not found: install it (Debian: apt-get install redis-server) \
+             or set REDIS_SERVER_BIN (tried {bin:?})"
+        );
+        bin
+    })
+    .clone()
+}
+
+/// How to configure one server. `Default` is a plain, password-less,
+/// non-persistent master, which is what most lock tests want.
+#[derive(Debug, Clone, Default)]
+pub struct ServerOptions {
+    /// Needed for tests where a restarted node must still hold its keys;
+    /// without it a restart models a node that lost everything.
+    pub appendonly: bool,
+    /// `appendfsync always`, so a SIGKILL right after a reply cannot lose
+    /// that write (the default `everysec` may lose up to a second).
+    pub appendfsync_always: bool,
+    /// Password of the `default` user. [`RedisServer::cli`] authenticates
+    /// with it; [`RedisServer::url`] deliberately does not include it.
+    pub requirepass: Option<String>,
+    /// `(user, password)` of an extra ACL user with full rights. The
+    /// `default` user stays as configured (password-less unless
+    /// `requirepass` is set), so `cli` keeps working.
+    pub acl_user: Option<(String, String)>,
+    /// Port of a master on 127.0.0.1 to replicate. If that master has a
+    /// password, pass `--masterauth PASS` in `extra_args`.
+    pub replica_of: Option<u16>,
+    /// For tests of lock keys under eviction pressure.
+    pub maxmemory_policy: Option<String>,
+    /// Appended after the generated arguments; later directives win, so
+    /// these can also override the defaults (e.g. `--loglevel verbose`).
+    pub extra_args: Vec<String>,
+}
+
+/// One `redis-server` child process on 127.0.0.1, killed and its data
+/// directory removed on drop.
+///
+/// The child sits behind a `Mutex` so that `is_running(&self)` can reap it
+/// (`Child::try_wait` needs `&mut`) while the server stays `Sync` for tests
+/// that share it across threads.
+#[derive(Debug)]
+pub struct RedisServer {
+    port: u16,
+    dir: PathBuf,
+    opts: ServerOptions,
+    bin: String,
+    child: Mutex<Option<Child>>,
+    paused: bool,
+}
+
+/// Why a launch did not produce a ready server, when that is recoverable.
+enum Launch {
+    Ready,
+    /// Someone else holds the port; any other failure panics immediately,
+    /// because retrying a bad config ten times only hides the message.
+    PortBusy,
+}
+
+impl RedisServer {
+    /// A default-configured server on a free port.
+    pub fn start() -> RedisServer {
+        RedisServer::start_with(ServerOptions::default())
+    }
+
+    /// Picking a port and then handing it to another process is inherently
+    /// racy, so a lost race is retried on a fresh port.
+    pub fn start_with(opts: ServerOptions) -> RedisServer {
+        let bin = redis_server_bin();
+        for _ in 0..MAX_PORT_ATTEMPTS {
+            let port = free_port();
+            // Built before spawning so that a panic during startup still
+            // kills the child and removes the directory through `Drop`.
+            let mut server = RedisServer {
+                port,
+                dir: unique_dir(port),
+                opts: opts.clone(),
+                bin: bin.clone(),
+                child: Mutex::new(None),
+                paused: false,
+            };
+            // On `PortBusy`, dropping `server` releases its port and directory.
+            if let Launch::Ready = server.launch() {
+                return server;
+            }
+        }
+        panic!("redis-server: lost the free-port race {MAX_PORT_ATTEMPTS} times in a row");
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// Without credentials on purpose: auth tests need to build both the
+    /// right and the wrong URL themselves.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// `Some` while the process exists, including while it is paused.
+    pub fn pid(&self) -> Option<u32> {
+        let mut child = self.lock_child();
+        let c = child.as_mut()?;
+        matches!(c.try_wait(), Ok(None)).then(|| c.id())
+    }
+
+    /// SIGKILL, not SIGTERM: a crash must not get the chance to flush or
+    /// rewrite its AOF. Idempotent so cleanup paths can call it freely.
+    pub fn kill(&mut self) {
+        let child = self.child.get_mut().unwrap_or_else(PoisonError::into_inner);
+        if let Some(mut c) = child.take() {
+            // SIGKILL also ends a stopped process; waiting reaps it so the
+            // port is free before `restart` rebinds it.
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        self.paused = false;
+    }
+
+    /// SIGSTOP models a GC pause or a frozen VM: connections stay open and
+    /// the kernel keeps accepting, but nothing answers. Returns only once the
+    /// process is actually stopped (on Linux), so the next command a test
+    /// sends cannot sneak in before the freeze.
+    pub fn pause(&mut self) {
+        let pid = self.pid().unwrap_or_else(|| {
+            panic!(
+                "redis {}: pause() on a server that is not running",
+                self.port
+            )
+        });
+        send_signal(pid, "STOP")
+            .unwrap_or_else(|e| panic!("redis {}: sending SIGSTOP failed: {e}", self.port));
+        self.paused = true;
+        wait_for_proc_state(pid, true);
+    }
+
+    /// A no-op on a server that is not running, so cleanup paths need not
+    /// track which nodes they killed.
+    pub fn resume(&mut self) {
+        let Some(pid) = self.pid() else {
+            self.paused = false;
+            return;
+        };
+        send_signal(pid, "CONT")
+            .unwrap_or_else(|e| panic!("redis {}: sending SIGCONT failed: {e}", self.port));
+        self.paused = false;
+        wait_for_proc_state(pid, false);
+    }
+
+    /// Same port, options and data directory, so clients reconnect to the
+    /// same address and an AOF (if enabled) is replayed. Without `appendonly`
+    /// the node comes back empty, which is the "lost its locks" case.
+    /// Returns once the data is loaded and the server answers PING.
+    pub fn restart(&mut self) {
+        self.kill();
+        let deadline = Instant::now() + RESTART_PORT_WAIT;
+        loop {
+            match self.launch() {
+                Launch::Ready => return,
+                Launch::PortBusy if Instant::now() < deadline => thread::sleep(Duration::from_millis(100)),
+                Launch::PortBusy => panic!(
+                    "redis {}: port still in use {RESTART_PORT_WAIT:?} after kill; cannot restart\n{}",
+                    self.port,
+                    self.logs(0)
+                ),
+            }
+        }
+    }
+
+    /// True while the process exists, paused or not.
+    pub fn is_running(&self) -> bool {
+        self.pid().is_some()
+    }
+
+    /// Runs one command over a fresh RESP connection, independent of both
+    /// `redis-cli` and the crate under test, so a test's view of the server
+    /// cannot share the library's bugs. Authenticates with `requirepass`
+    /// when set.
+    ///
+    /// Rendering: strings as-is, integers in decimal, nil as `(nil)`, arrays
+    /// flattened and joined by `\n`, errors as `(error) ERR ...`. Panics if
+    /// the server does not answer within 5 s (e.g. it is paused).
+    pub fn cli(&self, args: &[&str]) -> String {
+        match self.query(args, CLI_TIMEOUT) {
+            Ok(reply) => render(&reply),
+            Err(e) => panic!("redis {}: command {args:?} failed: {e}", self.port),
+        }
+    }
+
+    fn query(&self, args: &[&str], timeout: Duration) -> io::Result<Reply> {
+        query(self.port, self.opts.requirepass.as_deref(), args, timeout)
+    }
+
+    fn lock_child(&self) -> MutexGuard<'_, Option<Child>> {
+        self.child.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn args(&self) -> Vec<String> {
+        let o = &self.opts;
+        let mut a: Vec<String> = vec![
+            "--port".into(),
+            self.port.to_string(),
+            "--bind".into(),
+            "127.0.0.1".into(),
+            // No RDB snapshots: persistence is exactly what `appendonly`
+            // says, so a restart without it reliably loses everything.
+            "--save".into(),
+            String::new(),
+            "--appendonly".into(),
+            if o.appendonly { "yes" } else { "no" }.into(),
+            "--dir".into(),
+            self.dir.display().to_string(),
+            "--daemonize".into(),
+            "no".into(),
+            "--protected-mode".into(),
+            "no".into(),
+            "--loglevel".into(),
+            "warning".into(),
+            "--logfile".into(),
+            self.log_path().display().to_string(),
+        ];
+        if o.appendfsync_always {
+            a.extend(["--appendfsync".into(), "always".into()]);
+        }
+        if let Some(pass) = &o.requirepass {
+            a.extend(["--requirepass".into(), pass.clone()]);
+        }
+        if let Some((user, pass)) = &o.acl_user {
+            // Any config directive works as `--directive args...`; `user`
+            // takes its ACL rules as separate arguments.
+            a.extend([
+                "--user".into(),
+                user.clone(),
+                "on".into(),
+                format!(">{pass}"),
+                "~*".into(),
+                "&*".into(),
+                "+@all".into(),
+            ]);
+        }
+        if let Some(master) = o.replica_of {
+            a.extend(["--replicaof".into(), "127.0.0.1".into(), master.to_string()]);
+        }
+        if let Some(policy) = &o.maxmemory_policy {
+            a.extend(["--maxmemory-policy".into(), policy.clone()]);
+        }
+        a.extend(o.extra_args.iter().cloned());
+        a
+    }
+
+    fn log_path(&self) -> PathBuf {
+        self.dir.join("redis.log")
+    }
+
+    /// Config errors are printed before `--logfile` takes effect, so they
+    /// only ever reach stdout/stderr.
+    fn output_path(&self) -> PathBuf {
+        self.dir.join("output.log")
+    }
+
+    /// The log written since byte `from` (the log is appended to across
+    /// restarts) plus the child's stdout/stderr, for failure messages.
+    fn logs(&self, from: u64) -> String {
+        let log = read_from(&self.log_path(), from);
+        let out = read_from(&self.output_path(), 0);
+        format!(
+            "--- {} ---\n{log}\n--- {} ---\n{out}",
+            self.log_path().display(),
+            self.output_path().display()
+        )
+    }
+
+    fn launch(&mut self) -> Launch {
+        fs::create_dir_all(&self.dir)
+            .unwrap_or_else(|e| panic!("creating {}: {e}", self.dir.display()));
+        let log_start = fs::metadata(self.log_path()).map_or(0, |m| m.len());
+        let out = File::create(self.output_path())
+            .unwrap_or_else(|e| panic!("creating {}: {e}", self.output_path().display()));
+        let err = out
+            .try_clone()
+            .unwrap_or_else(|e| panic!("cloning {}: {e}", self.output_path().display()));
+        let child = Command::new(&self.bin)
+            .args(self.args())
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .spawn()
+            .unwrap_or_else(|e| panic!("spawning {}: {e}", self.bin));
+        *self.child.get_mut().unwrap_or_else(PoisonError::into_inner) = Some(child);
+        self.paused = false;
+
+        let deadline = Instant::now() + READY_TIMEOUT;
+        loop {
+            // Checked before probing: if our child died, whatever answers on
+            // the port is someone else.
+            let exited = self
+                .child
+                .get_mut()
+                .unwrap_or_else(PoisonError::into_inner)
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten());
+            if let Some(status) = exited {
+                *self.child.get_mut().unwrap_or_else(PoisonError::into_inner) = None;
+                let logs = self.logs(log_start);
+                if logs.contains("Address already in use") {
+                    return Launch::PortBusy;
+                }
+                panic!(
+                    "redis-server on port {} exited during startup ({status})\n{logs}",
+                    self.port
+                );
+            }
+            if self.probe() {
+                return Launch::Ready;
+            }
+            // `Drop` kills the child once this unwinds.
+            assert!(
+                Instant::now() < deadline,
+                "redis-server on port {} not ready after {READY_TIMEOUT:?}\n{}",
+                self.port,
+                self.logs(log_start)
+            );
+            thread::sleep(PROBE_INTERVAL);
+        }
+    }
+
+    /// Ready means a command would succeed now: `-LOADING` (AOF replay)
+    /// keeps waiting so that a test's first GET after `restart` sees the
+    /// replayed data. Other errors (e.g. `-MASTERDOWN` on a replica) still
+    /// prove the server is up.
+    fn probe(&self) -> bool {
+        match self.query(&["PING"], PROBE_TIMEOUT) {
+            Ok(Reply::Error(e)) => !e.starts_with("LOADING"),
+            Ok(_) => true,
+            Err(_) => false,
+        }
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        if self.paused {
+            if let Some(pid) = self.pid() {
+                let _ = send_signal(pid, "CONT");
+            }
+        }
+        self.kill();
+        let _ = fs::remove_dir_all(&self.dir);
+        if let Some(set) = reserved_ports().as_mut() {
+            set.remove(&self.port);
+        }
+    }
+}
+
+/// N independent masters, the topology Redlock assumes.
+#[derive(Debug)]
+pub struct Cluster {
+    pub nodes: Vec<RedisServer>,
+}
+
+impl Cluster {
+    pub fn start(n: usize) -> Cluster {
+        Cluster::start_with(n, |_| ServerOptions::default())
+    }
+
+    /// `opts` gets the node index so tests can vary one node (e.g. make
+    /// node 0 persistent). Nodes start one after another: a startup is a few
+    /// milliseconds, and a partial start still cleans up through `Drop`.
+    pub fn start_with(n: usize, opts: impl Fn(usize) -> ServerOptions) -> Cluster {
+        Cluster {
+            nodes: (0..n).map(|i| RedisServer::start_with(opts(i))).collect(),
+        }
+    }
+
+    pub fn urls(&self) -> Vec<String> {
+        self.nodes.iter().map(RedisServer::url).collect()
+    }
+
+    pub fn node(&mut self, i: usize) -> &mut RedisServer {
+        &mut self.nodes[i]
+    }
+
+    /// Keys matching `pattern` on each node, e.g. to check that a release
+    /// left nothing behind. A node that is not running counts 0. A paused
+    /// node, or one that fails to answer within 5 s, reports `usize::MAX`:
+    /// resume paused nodes before counting. Paused nodes are reported
+    /// without asking, because asking would always cost the full timeout.
+    pub fn count_keys(&self, pattern: &str) -> Vec<usize> {
+        self.nodes
+            .iter()
+            .map(|node| {
+                if !node.is_running() {
+                    return 0;
+                }
+                if node.paused {
+                    return usize::MAX;
+                }
+                match node.query(&["KEYS", pattern], CLI_TIMEOUT) {
+                    Ok(Reply::Array(Some(keys))) => keys.len(),
+                    _ => usize::MAX,
+                }
+            })
+            .collect()
+    }
+}
+
+/// Binds port 0 so the kernel picks a free port, then releases it for
+/// redis-server; the gap is the race `start_with` retries on.
+fn free_port() -> u16 {
+    loop {
+        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+            .unwrap_or_else(|e| panic!("binding 127.0.0.1:0 to find a free port: {e}"));
+        let port = listener
+            .local_addr()
+            .unwrap_or_else(|e| panic!("reading the bound port: {e}"))
+            .port();
+        drop(listener);
+        if reserved_ports()
+            .get_or_insert_with(HashSet::new)
+            .insert(port)
+        {
+            return port;
+        }
+    }
+}
+
+fn unique_dir(port: u16) -> PathBuf {
+    let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
+    let dir =
+        std::env::temp_dir().join(format!("redfence-redis-{}-{id}-{port}", std::process::id()));
+    // Only a leak from an earlier process with the same pid can be here.
+    let _ = fs::remove_dir_all(&dir);
+    dir
+}
+
+fn send_signal(pid: u32, sig: &str) -> io::Result<()> {
+    let status = Command::new("kill")
+        .args([format!("-{sig}"), pid.to_string()])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(io::Error::other(format!(
+            "`kill -{sig} {pid}` exited with {status}"
+        )))
+    }
+}
+
+/// Signals are delivered asynchronously; polls `/proc` until the process
+/// is (or is no longer) stopped. Where `/proc` is missing this returns at
+/// once and the caller gets the usual asynchronous behaviour.
+fn wait_for_proc_state(pid: u32, stopped: bool) {
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while Instant::now() < deadline {
+        let Ok(stat) = fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            return;
+        };
+        // The state follows the parenthesised command name, which may itself
+        // contain spaces or parentheses.
+        let state = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.trim_start().chars().next());
+        match state {
+            Some('T' | 't') if stopped => return,
+            Some('T' | 't') => {}
+            Some(_) if !stopped => return,
+            Some(_) => {}
+            None => return,
+        }
+        thread::sleep(Duration::from_millis(1));
+    }
+}
+
+fn read_from(path: &Path, from: u64) -> String {
+    let mut buf = Vec::new();
+    if let Ok(f) = File::open(path) {
+        let mut reader = BufReader::new(f);
+        let _ = io::copy(&mut (&mut reader).take(from), &mut io::sink());
+        let _ = reader.read_to_end(&mut buf);
+    }
+    String::from_utf8_lossy(&buf).into_owned()
+}
+
+/// A parsed reply. RESP3 types are accepted too, because a test may send
+/// `HELLO 3` through `cli`.
+#[derive(Debug)]
+enum Reply {
+    Simple(String),
+    Error(String),
+    Int(i64),
+    Bulk(Option<Vec<u8>>),
+    Array(Option<Vec<Reply>>),
+}
+
+fn query(port: u16, password: Option<&str>, args: &[&str], timeout: Duration) -> io::Result<Reply> {
+    let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
+    let stream = TcpStream::connect_timeout(&addr, timeout)?;
+    stream.set_read_timeout(Some(timeout))?;
+    stream.set_write_timeout(Some(timeout))?;
+    stream.set_nodelay(true)?;
+    let mut request = Vec::new();
+    if let Some(pass) = password {
+        encode(&mut request, &["AUTH", pass]);
+    }
+    encode(&mut request, args);
+    (&stream).write_all(&request)?;
+    let mut reader = BufReader::new(&stream);
+    if password.is_some() {
+        // A failed AUTH shows up again as NOAUTH on the real command, which
+        // is the more useful error for the test to see.
+        read_reply(&mut reader)?;
+    }
+    read_reply(&mut reader)
+}
+
+fn encode(out: &mut Vec<u8>, args: &[&str]) {
+    out.extend_from_slice(format!("*{}\r\n", args.len()).as_bytes());
+    for arg in args {
+        out.extend_from_slice(format!("${}\r\n", arg.len()).as_bytes());
+        out.extend_from_slice(arg.as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+}
+
+fn protocol_error(msg: String) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, msg)
+}
+
+fn read_line(r: &mut impl BufRead) -> io::Result<String> {
+    let mut line = Vec::new();
+    r.read_until(b'\n', &mut line)?;
+    if !line.ends_with(b"\r\n") {
+        return Err(io::Error::new(
+            io::ErrorKind::UnexpectedEof,
+            "connection closed mid-reply",
+        ));
+    }
+    line.truncate(line.len() - 2);
+    String::from_utf8(line).map_err(|e| protocol_error(format!("non-UTF-8 reply line: {e}")))
+}
+
+fn parse_len(s: &str) -> io::Result<i64> {
+    s.parse()
+        .map_err(|_| protocol_error(format!("bad length {s:?}")))
+}
+
+fn read_blob(r: &mut impl BufRead, len: i64) -> io::Result<Option<Vec<u8>>> {
+    let Ok(len) = usize::try_from(len) else {
+        return Ok(None); // -1: nil
+    };
+    let mut buf = vec![0; len + 2];
+    r.read_exact(&mut buf)?;
+    buf.truncate(len);
+    Ok(Some(buf))
+}
+
+fn read_items(r: &mut impl BufRead, count: i64) -> io::Result<Option<Vec<Reply>>> {
+    let Ok(count) = usize::try_from(count) else {
+        return Ok(None);
+    };
+    (0..count)
+        .map(|_| read_reply(r))
+        .collect::<io::Result<Vec<_>>>()
+        .map(Some)
+}
+
+fn read_reply(r: &mut impl BufRead) -> io::Result<Reply> {
+    let line = read_line(r)?;
+    let Some(kind) = line.chars().next() else {
+        return Err(protocol_error("empty reply line".into()));
+    };
+    let rest = &line[1..];
+    Ok(match kind {
+        '+' | ',' | '(' => Reply::Simple(rest.to_owned()),
+        '#' => Reply::Simple(if rest == "t" { "(true)" } else { "(false)" }.to_owned()),
+        '-' => Reply::Error(rest.to_owned()),
+        ':' => Reply::Int(parse_len(rest)?),
+        '_' => Reply::Bulk(None),
+        '$' => Reply::Bulk(read_blob(r, parse_len(rest)?)?),
+        '!' => {
+            let blob = read_blob(r, parse_len(rest)?)?.unwrap_or_default();
+            Reply::Error(String::from_utf8_lossy(&blob).into_owned())
+        }
+        '=' => {
+            // Verbatim strings carry a "txt:" format prefix.
+            let blob = read_blob(r, parse_len(rest)?)?.unwrap_or_default();
+            Reply::Bulk(Some(blob.get(4..).unwrap_or_default().to_vec()))
+        }
+        '*' | '~' | '>' => Reply::Array(read_items(r, parse_len(rest)?)?),
+        '%' => Reply::Array(read_items(r, parse_len(rest)?.saturating_mul(2))?),
+        other => return Err(protocol_error(format!("unknown reply type {other:?}"))),
+    })
+}
+
+fn render(reply: &Reply) -> String {
+    match reply {
+        Reply::Simple(s) => s.clone(),
+        Reply::Error(e) => format!("(error) {e}"),
+        Reply::Int(i) => i.to_string(),
+        Reply::Bulk(Some(b)) => String::from_utf8_lossy(b).into_owned(),
+        Reply::Bulk(None) | Reply::Array(None) => "(nil)".to_owned(),
+        Reply::Array(Some(items)) => items.iter().map(render).collect::<Vec<_>>().join("\n"),
+    }
+}
