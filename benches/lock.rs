@@ -1,1 +1,1365 @@
-fn main() {}
+//! Acquire+release cycles against real `redis-server` processes, next to
+//! raw-redis floors measured in the same run.
+//!
+//! `cargo bench --bench lock` starts 6 servers: 5 for the cluster (3-node
+//! runs use nodes 0..3; 5-node runs and floor 2 all of them) and a separate
+//! one for the single-node runs and floor 1, so single-node numbers never
+//! share a server, a script cache or a stats counter with the cluster. Each
+//! task locks its own resource, so there is no contention: what is measured
+//! is the cost of the protocol. A cycle is acquire + `release().await`.
+//!
+//! Timing. A row is 2 s measured after a 0.3 s warm-up (`REDFENCE_BENCH_SECS`
+//! sets the measured part; the warm-up is 15 % of it, at most 0.3 s). Shared
+//! machines drift, so rows that are compared are interleaved: the five
+//! healthy rows of one concurrency run in 4 round-robin slices each, and
+//! every fault row is bracketed by healthy 5-node slices (half its length
+//! before, half after) that serve as its reference.
+//!
+//! Counters, per slice, on every node in use:
+//! - `CONFIG RESETSTAT` before the slice, `INFO stats commandstats` once after
+//!   it (and after a paused node was resumed). Our own traffic in that window
+//!   is exactly that `CONFIG RESETSTAT` and one connection (the INFO's; an
+//!   INFO is not in its own output), and both are subtracted.
+//! - Commands per cycle count what clients sent. `commandstats` also counts
+//!   the calls a Lua script makes, so those are left out: GET, DEL, PTTL and
+//!   PEXPIRE (only ever called from the scripts, by both the floors and the
+//!   crate), and SET in crate rows (the crate's SET runs inside the ACQUIRE
+//!   script; the floors send it directly). The raw per-command counts are
+//!   printed as well. Each ACQUIRE that reaches a node runs exactly one SET,
+//!   which is how ACQUIREs that were never sent are counted.
+//! - New connections per cycle is the `total_connections_received` delta.
+//!   Connections are made before the window (setup, warm-up), so the steady
+//!   state is what is measured.
+//!
+//! Faults hit node 4 at the start of the measured window, so the window
+//! includes the transition. A paused (SIGSTOP) node is resumed after the
+//! window; its backlog then runs and keys are counted 500 ms later. A killed
+//! (SIGKILL) node's keys are not counted (they died with it); it is restarted
+//! empty before the trailing reference slice.
+//!
+//! The process exits with status 1 when an invariant fails (a cycle failed or
+//! a lock key was left behind); performance targets are only reported.
+
+#[path = "../tests/support/server.rs"]
+mod server;
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::process::Command;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::future::join_all;
+use redis::aio::MultiplexedConnection;
+use redis::AsyncConnectionConfig;
+use server::{Cluster, RedisServer};
+
+/// The lease of every lock taken here; long enough that nothing expires
+/// during a run, so a key left behind is a missing release, not a race.
+const TTL: Duration = Duration::from_secs(10);
+const TTL_MS: u64 = 10_000;
+const MEASURE_DEFAULT: f64 = 2.0;
+const WARMUP_MAX: f64 = 0.3;
+/// Round-robin slices per healthy row.
+const SLICES: u32 = 4;
+/// After each slice, before reading counters: every background release of
+/// a healthy run has answered by then.
+const SETTLE: Duration = Duration::from_millis(150);
+/// After resuming a paused node: time for its backlog to run.
+const RESUME_WAIT: Duration = Duration::from_millis(500);
+/// Node that the fault rows pause or kill.
+const FAULT_NODE: usize = 4;
+const CONCURRENCY: [usize; 2] = [1, 32];
+
+/// Byte for byte the `RELEASE` script of src/scripts.rs; setup checks that
+/// its SHA1 is already cached on nodes the crate has used.
+const RELEASE_LUA: &str = r#"
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('DEL', KEYS[1])
+end
+return 0
+"#;
+
+/// Commands only ever run from inside the Lua scripts in this bench.
+const LUA_ONLY: [&str; 4] = ["get", "del", "pttl", "pexpire"];
+
+fn main() {
+    let code = run();
+    // `run` has returned, so every server is already killed and reaped.
+    std::process::exit(code);
+}
+
+fn run() -> i32 {
+    let measure = match measure_secs() {
+        Ok(s) => s,
+        Err(msg) => {
+            eprintln!("{msg}");
+            return 2;
+        }
+    };
+    let warmup = (measure * 0.15).min(WARMUP_MAX);
+    let load_before = loadavg();
+    let started = Instant::now();
+    let mut bench = Bench::start(
+        Duration::from_secs_f64(warmup),
+        Duration::from_secs_f64(measure),
+    );
+    let rows = bench.run_all();
+    let report = Report { rows: &rows };
+    println!(
+        "{}, load average {load_before} before / {} after",
+        bench.environment(warmup, measure),
+        loadavg()
+    );
+    println!();
+    print!("{}", report.render());
+    let leftover = bench.final_key_count();
+    println!("\nlock keys on each node at the end (nodes 0-4 | single): {leftover}");
+    println!("bench wall time: {:.1} s", started.elapsed().as_secs_f64());
+    if report.invariants_broken() || !leftover.clean {
+        println!("\nINVARIANT BROKEN: a cycle failed or a lock key was left behind (exit 1)");
+        1
+    } else {
+        0
+    }
+}
+
+fn measure_secs() -> Result<f64, String> {
+    match std::env::var("REDFENCE_BENCH_SECS") {
+        Err(_) => Ok(MEASURE_DEFAULT),
+        Ok(s) => match s.trim().parse::<f64>() {
+            Ok(v) if v.is_finite() && (0.0..=600.0).contains(&v) => Ok(v),
+            _ => Err(format!(
+                "REDFENCE_BENCH_SECS={s:?}: expected seconds per row, 0 to 600 (e.g. 0.2)"
+            )),
+        },
+    }
+}
+
+fn loadavg() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|| "?".to_owned())
+}
+
+// ---------------------------------------------------------------------------
+// What a cycle runs against.
+
+enum Subject {
+    Redfence(redfence::Client),
+    /// SET NX PX + EVALSHA compare-and-delete, sent to every connection and
+    /// awaited on all of them.
+    Floor {
+        conns: Vec<MultiplexedConnection>,
+        sha: String,
+    },
+}
+
+/// The two halves of one successful cycle.
+struct Phases {
+    acquire: Duration,
+    release: Duration,
+    /// Crate only: nodes still unanswered when release returned.
+    pending: usize,
+}
+
+impl Subject {
+    async fn cycle(&self, resource: &str, task: usize, seq: u64) -> Result<Phases, String> {
+        match self {
+            Subject::Redfence(client) => {
+                let t0 = Instant::now();
+                let guard = match client.try_acquire(resource, TTL).await {
+                    Ok(Some(guard)) => guard,
+                    Ok(None) => return Err(format!("{resource}: contended")),
+                    Err(e) => return Err(e.to_string()),
+                };
+                let t1 = Instant::now();
+                let released = guard.release().await;
+                let t2 = Instant::now();
+                if released.confirmed < client.quorum() {
+                    return Err(format!(
+                        "release confirmed on {} of {} nodes: {:?}",
+                        released.confirmed, released.nodes, released.failures
+                    ));
+                }
+                Ok(Phases {
+                    acquire: t1 - t0,
+                    release: t2 - t1,
+                    pending: released.pending,
+                })
+            }
+            Subject::Floor { conns, sha } => {
+                let key = format!("floor:lock:{resource}");
+                // As long as the crate's `{uuid}:{128-bit hex}` values.
+                let value = format!("{task:036x}:{seq:032x}");
+                let t0 = Instant::now();
+                let acquired = match conns.as_slice() {
+                    [one] => vec![floor_set(one.clone(), &key, &value).await],
+                    all => join_all(all.iter().map(|c| floor_set(c.clone(), &key, &value))).await,
+                };
+                let t1 = Instant::now();
+                let released = match conns.as_slice() {
+                    [one] => vec![floor_del(one.clone(), sha, &key, &value).await],
+                    all => {
+                        join_all(all.iter().map(|c| floor_del(c.clone(), sha, &key, &value))).await
+                    }
+                };
+                let t2 = Instant::now();
+                for (i, r) in acquired.iter().enumerate() {
+                    match r {
+                        Ok(true) => {}
+                        Ok(false) => return Err(format!("{key}: SET NX refused on node {i}")),
+                        Err(e) => return Err(format!("{key}: SET on node {i}: {e}")),
+                    }
+                }
+                for (i, r) in released.iter().enumerate() {
+                    match r {
+                        Ok(1) => {}
+                        Ok(n) => return Err(format!("{key}: EVALSHA returned {n} on node {i}")),
+                        Err(e) => return Err(format!("{key}: EVALSHA on node {i}: {e}")),
+                    }
+                }
+                Ok(Phases {
+                    acquire: t1 - t0,
+                    release: t2 - t1,
+                    pending: 0,
+                })
+            }
+        }
+    }
+}
+
+async fn floor_set(
+    mut conn: MultiplexedConnection,
+    key: &str,
+    value: &str,
+) -> redis::RedisResult<bool> {
+    let reply: Option<String> = redis::cmd("SET")
+        .arg(key)
+        .arg(value)
+        .arg("NX")
+        .arg("PX")
+        .arg(TTL_MS)
+        .query_async(&mut conn)
+        .await?;
+    Ok(reply.is_some())
+}
+
+async fn floor_del(
+    mut conn: MultiplexedConnection,
+    sha: &str,
+    key: &str,
+    value: &str,
+) -> redis::RedisResult<i64> {
+    redis::cmd("EVALSHA")
+        .arg(sha)
+        .arg(1)
+        .arg(key)
+        .arg(value)
+        .query_async(&mut conn)
+        .await
+}
+
+// ---------------------------------------------------------------------------
+// Driving cycles for a fixed time.
+
+#[derive(Default)]
+struct Samples {
+    /// Every cycle, failed ones included (until the failure), in ns.
+    cycle_ns: Vec<u64>,
+    acquire_ns: Vec<u64>,
+    release_ns: Vec<u64>,
+    ok: u64,
+    failed: u64,
+    release_pending: u64,
+    first_error: Option<String>,
+    wall: Duration,
+}
+
+impl Samples {
+    fn merge(&mut self, other: Samples) {
+        self.cycle_ns.extend(other.cycle_ns);
+        self.acquire_ns.extend(other.acquire_ns);
+        self.release_ns.extend(other.release_ns);
+        self.ok += other.ok;
+        self.failed += other.failed;
+        self.release_pending += other.release_pending;
+        self.wall += other.wall;
+        if self.first_error.is_none() {
+            self.first_error = other.first_error;
+        }
+    }
+
+    fn sort(&mut self) {
+        self.cycle_ns.sort_unstable();
+        self.acquire_ns.sort_unstable();
+        self.release_ns.sort_unstable();
+    }
+
+    fn cycles(&self) -> u64 {
+        self.ok + self.failed
+    }
+
+    fn per_sec(&self) -> f64 {
+        self.cycles() as f64 / self.wall.as_secs_f64().max(1e-9)
+    }
+
+    fn success(&self) -> f64 {
+        self.ok as f64 / (self.cycles().max(1)) as f64
+    }
+}
+
+/// Nearest-rank percentile of sorted ns samples, in µs.
+fn pct(sorted: &[u64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let rank = (p * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1] as f64 / 1000.0
+}
+
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// `concurrency` tasks, each on its own resource, cycling until `duration`
+/// has passed (at least one cycle each, so a zero duration still works).
+/// The wall time runs until the last task finished its last cycle.
+async fn drive(
+    subject: Arc<Subject>,
+    tag: String,
+    concurrency: usize,
+    duration: Duration,
+) -> Samples {
+    let start = Instant::now();
+    let end = start + duration;
+    let tasks: Vec<_> = (0..concurrency)
+        .map(|task| {
+            let subject = Arc::clone(&subject);
+            let resource = format!("{tag}:{task}");
+            tokio::spawn(async move {
+                let mut s = Samples::default();
+                let mut seq = 0u64;
+                loop {
+                    seq += 1;
+                    let t0 = Instant::now();
+                    let outcome = subject.cycle(&resource, task, seq).await;
+                    s.cycle_ns.push(nanos(t0.elapsed()));
+                    match outcome {
+                        Ok(p) => {
+                            s.ok += 1;
+                            s.acquire_ns.push(nanos(p.acquire));
+                            s.release_ns.push(nanos(p.release));
+                            s.release_pending += p.pending as u64;
+                        }
+                        Err(e) => {
+                            s.failed += 1;
+                            s.first_error.get_or_insert(e);
+                        }
+                    }
+                    if Instant::now() >= end {
+                        break;
+                    }
+                }
+                s
+            })
+        })
+        .collect();
+    let mut all = Samples::default();
+    for task in tasks {
+        all.merge(task.await.expect("bench task panicked"));
+    }
+    all.wall = start.elapsed();
+    all
+}
+
+// ---------------------------------------------------------------------------
+// Server-side counters.
+
+#[derive(Debug, Default, Clone)]
+struct NodeStats {
+    calls: BTreeMap<String, u64>,
+    usec: BTreeMap<String, u64>,
+    conns: u64,
+}
+
+impl NodeStats {
+    fn read(node: &RedisServer) -> NodeStats {
+        let info = node.cli(&["INFO", "stats", "commandstats"]);
+        let mut stats = NodeStats::default();
+        for line in info.lines() {
+            let line = line.trim();
+            if let Some(v) = line.strip_prefix("total_connections_received:") {
+                stats.conns = v.parse().unwrap_or(0);
+            } else if let Some(rest) = line.strip_prefix("cmdstat_") {
+                let Some((name, fields)) = rest.split_once(':') else {
+                    continue;
+                };
+                for field in fields.split(',') {
+                    match field.split_once('=') {
+                        Some(("calls", v)) => {
+                            stats.calls.insert(name.to_owned(), v.parse().unwrap_or(0));
+                        }
+                        Some(("usec", v)) => {
+                            stats.usec.insert(name.to_owned(), v.parse().unwrap_or(0));
+                        }
+                        _ => {}
+                    }
+                }
+            }
+        }
+        // Our own traffic since the reset: the RESETSTAT itself, and the
+        // connection of this INFO (accepted before INFO ran; the RESETSTAT's
+        // connection was accepted before the reset).
+        if let Some(c) = stats.calls.get_mut("config|resetstat") {
+            *c = c.saturating_sub(1);
+        }
+        stats.calls.retain(|_, c| *c > 0);
+        stats.conns = stats.conns.saturating_sub(1);
+        stats
+    }
+
+    fn add(&mut self, other: &NodeStats) {
+        for (name, c) in &other.calls {
+            *self.calls.entry(name.clone()).or_default() += c;
+        }
+        for (name, u) in &other.usec {
+            *self.usec.entry(name.clone()).or_default() += u;
+        }
+        self.conns += other.conns;
+    }
+
+    /// Commands a client sent (not ones a script ran), and their server time.
+    fn client_commands(&self, set_in_lua: bool) -> (u64, u64) {
+        let mut calls = 0;
+        let mut usec = 0;
+        for (name, c) in &self.calls {
+            if LUA_ONLY.contains(&name.as_str()) || (set_in_lua && name == "set") {
+                continue;
+            }
+            calls += c;
+            usec += self.usec.get(name).copied().unwrap_or(0);
+        }
+        (calls, usec)
+    }
+
+    fn calls_of(&self, name: &str) -> u64 {
+        self.calls.get(name).copied().unwrap_or(0)
+    }
+}
+
+/// utime + stime of a process, in clock ticks.
+fn cpu_ticks(pid: &str) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let (_, rest) = stat.rsplit_once(')')?;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // `rest` starts at field 3 (state); utime and stime are fields 14 and 15.
+    let utime: u64 = fields.get(11)?.parse().ok()?;
+    let stime: u64 = fields.get(12)?.parse().ok()?;
+    Some(utime + stime)
+}
+
+fn clk_tck() -> f64 {
+    Command::new("getconf")
+        .arg("CLK_TCK")
+        .output()
+        .ok()
+        .and_then(|o| String::from_utf8(o.stdout).ok())
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(100.0)
+}
+
+// ---------------------------------------------------------------------------
+// Rows.
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Floor1,
+    Floor2,
+    Redfence(usize),
+    Paused,
+    Killed,
+    /// Healthy 5-node slices bracketing the paused or killed row.
+    Reference(Fault),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fault {
+    None,
+    Pause,
+    Kill,
+}
+
+impl Kind {
+    fn name(self) -> String {
+        match self {
+            Kind::Floor1 => "floor 1 (SET NX + EVALSHA, 1 node)".to_owned(),
+            Kind::Floor2 => "floor 2 (same, join_all 5 nodes)".to_owned(),
+            Kind::Redfence(n) => format!("redfence {n} node{}", if n == 1 { "" } else { "s" }),
+            Kind::Paused => format!("redfence 5 nodes, node {FAULT_NODE} paused"),
+            Kind::Killed => format!("redfence 5 nodes, node {FAULT_NODE} killed"),
+            Kind::Reference(Fault::Pause) => {
+                "redfence 5 nodes, healthy, brackets paused".to_owned()
+            }
+            Kind::Reference(_) => "redfence 5 nodes, healthy, brackets killed".to_owned(),
+        }
+    }
+
+    fn is_redfence(self) -> bool {
+        !matches!(self, Kind::Floor1 | Kind::Floor2)
+    }
+
+    fn nodes(self) -> usize {
+        match self {
+            Kind::Floor1 => 1,
+            Kind::Redfence(n) => n,
+            _ => 5,
+        }
+    }
+}
+
+/// One measured slice: samples plus the counters read around it.
+struct Slice {
+    samples: Samples,
+    /// Per node in use; `None` for a node that was not running at the read.
+    stats: Vec<Option<NodeStats>>,
+    bench_ticks: u64,
+    redis_ticks: u64,
+}
+
+struct Row {
+    kind: Kind,
+    concurrency: usize,
+    /// Prefix of every resource of this row, so its keys can be counted.
+    tag: String,
+    samples: Samples,
+    stats: Vec<Option<NodeStats>>,
+    /// Lock keys of this row (warm-up included) left per node; `None` for a
+    /// node that is not running.
+    keys: Vec<Option<usize>>,
+    bench_ticks: u64,
+    redis_ticks: u64,
+    clk_tck: f64,
+}
+
+impl Row {
+    fn new(kind: Kind, concurrency: usize, tag: String, clk_tck: f64) -> Row {
+        Row {
+            kind,
+            concurrency,
+            tag,
+            samples: Samples::default(),
+            stats: vec![None; kind.nodes()],
+            keys: Vec::new(),
+            bench_ticks: 0,
+            redis_ticks: 0,
+            clk_tck,
+        }
+    }
+
+    fn absorb(&mut self, slice: Slice) {
+        self.samples.merge(slice.samples);
+        self.samples.sort();
+        for (mine, theirs) in self.stats.iter_mut().zip(slice.stats) {
+            if let Some(theirs) = theirs {
+                mine.get_or_insert_with(NodeStats::default).add(&theirs);
+            }
+        }
+        self.bench_ticks += slice.bench_ticks;
+        self.redis_ticks += slice.redis_ticks;
+    }
+
+    fn cycles(&self) -> f64 {
+        self.samples.cycles().max(1) as f64
+    }
+
+    fn set_in_lua(&self) -> bool {
+        self.kind.is_redfence()
+    }
+
+    fn per_node_cmds(&self) -> Vec<Option<f64>> {
+        self.stats
+            .iter()
+            .map(|s| {
+                s.as_ref()
+                    .map(|s| s.client_commands(self.set_in_lua()).0 as f64 / self.cycles())
+            })
+            .collect()
+    }
+
+    fn cmds_per_cycle(&self) -> f64 {
+        self.per_node_cmds().iter().flatten().sum()
+    }
+
+    fn exactly_two_per_node(&self) -> bool {
+        self.stats
+            .iter()
+            .flatten()
+            .all(|s| s.client_commands(self.set_in_lua()).0 == 2 * self.samples.cycles())
+    }
+
+    /// Share of (node, attempt) pairs whose ACQUIRE never reached the node,
+    /// over the nodes that were running; crate rows only.
+    fn acquire_not_sent(&self) -> Option<f64> {
+        if !self.kind.is_redfence() {
+            return None;
+        }
+        let running: Vec<&NodeStats> = self.stats.iter().flatten().collect();
+        let expected = running.len() as f64 * self.cycles();
+        let delivered: u64 = running.iter().map(|s| s.calls_of("set")).sum();
+        Some(1.0 - delivered as f64 / expected)
+    }
+
+    fn redis_usec_per_cycle(&self) -> f64 {
+        let usec: u64 = self
+            .stats
+            .iter()
+            .flatten()
+            .map(|s| s.client_commands(self.set_in_lua()).1)
+            .sum();
+        usec as f64 / self.cycles()
+    }
+
+    fn new_conns(&self) -> u64 {
+        self.stats.iter().flatten().map(|s| s.conns).sum()
+    }
+
+    fn conns_per_cycle(&self) -> f64 {
+        self.new_conns() as f64 / self.cycles()
+    }
+
+    fn keys_left(&self) -> usize {
+        self.keys.iter().flatten().sum()
+    }
+
+    fn keys_text(&self) -> String {
+        self.keys
+            .iter()
+            .map(|k| k.map_or_else(|| "-".to_owned(), |k| k.to_string()))
+            .collect::<Vec<_>>()
+            .join("/")
+    }
+
+    /// All commands the nodes ran per cycle, Lua-internal ones included,
+    /// with their mean server time per call.
+    fn raw_commands(&self) -> String {
+        let mut total: BTreeMap<&str, (u64, u64)> = BTreeMap::new();
+        for s in self.stats.iter().flatten() {
+            for (name, c) in &s.calls {
+                let e = total.entry(name).or_default();
+                e.0 += c;
+                e.1 += s.usec.get(name).copied().unwrap_or(0);
+            }
+        }
+        total
+            .iter()
+            .map(|(name, (c, u))| {
+                format!(
+                    "{name} {:.3} ({:.1} µs)",
+                    *c as f64 / self.cycles(),
+                    *u as f64 / (*c).max(1) as f64
+                )
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
+    fn cpu_us_per_cycle(&self, ticks: u64) -> f64 {
+        ticks as f64 / self.clk_tck * 1e6 / self.cycles()
+    }
+
+    fn p50(&self) -> f64 {
+        pct(&self.samples.cycle_ns, 0.50)
+    }
+
+    fn p99(&self) -> f64 {
+        pct(&self.samples.cycle_ns, 0.99)
+    }
+}
+
+struct Bench {
+    cluster: Cluster,
+    single: RedisServer,
+    rt: tokio::runtime::Runtime,
+    warmup: Duration,
+    measure: Duration,
+    clk_tck: f64,
+    floor1: Arc<Subject>,
+    floor2: Arc<Subject>,
+    rf1: Arc<Subject>,
+    rf3: Arc<Subject>,
+    rf5: Arc<Subject>,
+    next_tag: usize,
+}
+
+impl Bench {
+    fn start(warmup: Duration, measure: Duration) -> Bench {
+        let single = RedisServer::start();
+        let cluster = Cluster::start(5);
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+            .expect("building the tokio runtime");
+        let urls = cluster.urls();
+        let client = |urls: &[String]| {
+            Arc::new(Subject::Redfence(
+                redfence::Client::new(urls.iter().cloned()).expect("valid node URLs"),
+            ))
+        };
+        let rf1 = client(&[single.url()]);
+        let rf3 = client(&urls[..3]);
+        let rf5 = client(&urls);
+        // One cycle per client: connects every node and caches the scripts.
+        rt.block_on(async {
+            for subject in [&rf1, &rf3, &rf5] {
+                if let Err(e) = subject.cycle("prime", 0, 0).await {
+                    panic!("priming a client failed: {e}");
+                }
+            }
+        });
+        let sha = redis::Script::new(RELEASE_LUA).get_hash().to_owned();
+        for node in std::iter::once(&single).chain(&cluster.nodes) {
+            // Only the crate has run scripts so far: a hit proves the floor
+            // runs the very same Lua.
+            assert_eq!(
+                node.cli(&["SCRIPT", "EXISTS", &sha]),
+                "1",
+                "the floor's release script differs from src/scripts.rs RELEASE"
+            );
+        }
+        // The library turns the driver's response timeout off and bounds
+        // calls itself; the floors have no bound at all, to stay a floor.
+        let config = AsyncConnectionConfig::new().set_response_timeout(None);
+        let connect = |url: String| {
+            let config = config.clone();
+            async move {
+                redis::Client::open(url.as_str())
+                    .expect("valid node URL")
+                    .get_multiplexed_async_connection_with_config(&config)
+                    .await
+                    .expect("connecting a floor connection")
+            }
+        };
+        let (floor1, floor2) = rt.block_on(async {
+            let one = vec![connect(single.url()).await];
+            let all = join_all(urls.iter().cloned().map(connect)).await;
+            (one, all)
+        });
+        let floor = |conns| {
+            Arc::new(Subject::Floor {
+                conns,
+                sha: sha.clone(),
+            })
+        };
+        Bench {
+            floor1: floor(floor1),
+            floor2: floor(floor2),
+            rf1,
+            rf3,
+            rf5,
+            cluster,
+            single,
+            rt,
+            warmup,
+            measure,
+            clk_tck: clk_tck(),
+            next_tag: 0,
+        }
+    }
+
+    /// Healthy rows first (floor 2's connections do not survive the kill),
+    /// then pause, then kill.
+    fn run_all(&mut self) -> Vec<Row> {
+        let mut rows = Vec::new();
+        for c in CONCURRENCY {
+            rows.extend(self.healthy_group(c));
+        }
+        for fault in [Fault::Pause, Fault::Kill] {
+            for c in CONCURRENCY {
+                rows.extend(self.fault_row(fault, c));
+            }
+        }
+        rows
+    }
+
+    fn new_row(&mut self, kind: Kind, concurrency: usize) -> Row {
+        let tag = format!("row{:02}-", self.next_tag);
+        self.next_tag += 1;
+        Row::new(kind, concurrency, tag, self.clk_tck)
+    }
+
+    /// The five healthy rows of one concurrency, interleaved slice by slice
+    /// (rotating the order) so that they see the same machine.
+    fn healthy_group(&mut self, concurrency: usize) -> Vec<Row> {
+        let kinds = [
+            Kind::Floor1,
+            Kind::Floor2,
+            Kind::Redfence(1),
+            Kind::Redfence(3),
+            Kind::Redfence(5),
+        ];
+        let mut rows: Vec<Row> = kinds
+            .iter()
+            .map(|&k| self.new_row(k, concurrency))
+            .collect();
+        for row in &rows {
+            self.warm(row);
+        }
+        let slice = self.measure / SLICES;
+        for round in 0..SLICES as usize {
+            for i in 0..rows.len() {
+                let row = &mut rows[(i + round) % kinds.len()];
+                let s = self.slice(row.kind, concurrency, &row.tag, slice, Fault::None);
+                row.absorb(s);
+            }
+        }
+        for row in &mut rows {
+            row.keys = self.count_keys(row.kind, &row.tag);
+            self.progress(row);
+        }
+        rows
+    }
+
+    /// A fault row between two healthy 5-node reference slices.
+    fn fault_row(&mut self, fault: Fault, concurrency: usize) -> [Row; 2] {
+        let kind = if fault == Fault::Pause {
+            Kind::Paused
+        } else {
+            Kind::Killed
+        };
+        let mut reference = self.new_row(Kind::Reference(fault), concurrency);
+        let mut row = self.new_row(kind, concurrency);
+        self.warm(&reference);
+        let half = self.measure / 2;
+        let s = self.slice(
+            reference.kind,
+            concurrency,
+            &reference.tag,
+            half,
+            Fault::None,
+        );
+        reference.absorb(s);
+        let s = self.slice(kind, concurrency, &row.tag, self.measure, fault);
+        row.absorb(s);
+        row.keys = self.count_keys(kind, &row.tag);
+        if fault == Fault::Kill {
+            self.cluster.node(FAULT_NODE).restart();
+            self.wait_for_all_nodes();
+        }
+        let s = self.slice(
+            reference.kind,
+            concurrency,
+            &reference.tag,
+            half,
+            Fault::None,
+        );
+        reference.absorb(s);
+        reference.keys = self.count_keys(reference.kind, &reference.tag);
+        self.progress(&reference);
+        self.progress(&row);
+        [reference, row]
+    }
+
+    fn subject(&self, kind: Kind) -> Arc<Subject> {
+        Arc::clone(match kind {
+            Kind::Floor1 => &self.floor1,
+            Kind::Floor2 => &self.floor2,
+            Kind::Redfence(1) => &self.rf1,
+            Kind::Redfence(3) => &self.rf3,
+            _ => &self.rf5,
+        })
+    }
+
+    fn servers(&self, kind: Kind) -> Vec<&RedisServer> {
+        match kind {
+            Kind::Floor1 | Kind::Redfence(1) => vec![&self.single],
+            _ => self.cluster.nodes[..kind.nodes()].iter().collect(),
+        }
+    }
+
+    fn warm(&self, row: &Row) {
+        let subject = self.subject(row.kind);
+        self.rt.block_on(async {
+            drive(
+                subject,
+                format!("{}warm", row.tag),
+                row.concurrency,
+                self.warmup,
+            )
+            .await;
+            tokio::time::sleep(SETTLE).await;
+        });
+    }
+
+    /// After a restart: cycles until the client is connected to the
+    /// restarted node again and has re-cached the scripts there, so the
+    /// trailing reference slice is healthy from its start.
+    /// The floors' connections to it stay dead: floors run before the faults.
+    fn wait_for_all_nodes(&self) {
+        let subject = self.subject(Kind::Redfence(5));
+        let sha = redis::Script::new(RELEASE_LUA).get_hash().to_owned();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            self.rt.block_on(async {
+                let _ = subject.cycle("reconnect", 0, 0).await;
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            });
+            let node = &self.cluster.nodes[FAULT_NODE];
+            let clients = node
+                .cli(&["INFO", "clients"])
+                .lines()
+                .find_map(|l| {
+                    l.trim()
+                        .strip_prefix("connected_clients:")?
+                        .parse::<u32>()
+                        .ok()
+                })
+                .unwrap_or(0);
+            // Ours (this INFO) plus the client's.
+            if clients >= 2 && node.cli(&["SCRIPT", "EXISTS", &sha]) == "1" {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the client did not reconnect to the restarted node within 10 s"
+            );
+        }
+        // A little more, so the ACQUIRE script is re-cached there as well
+        // (an attempt's ACQUIRE to a node is occasionally never sent).
+        self.rt.block_on(async {
+            drive(
+                subject,
+                "reconnect".to_owned(),
+                1,
+                Duration::from_millis(50),
+            )
+            .await;
+            tokio::time::sleep(SETTLE).await;
+        });
+    }
+
+    fn slice(
+        &mut self,
+        kind: Kind,
+        concurrency: usize,
+        tag: &str,
+        duration: Duration,
+        fault: Fault,
+    ) -> Slice {
+        for node in self.servers(kind) {
+            if node.is_running() {
+                node.cli(&["CONFIG", "RESETSTAT"]);
+            }
+        }
+        let redis_pids: Vec<String> = self
+            .servers(kind)
+            .iter()
+            .filter_map(|n| n.pid())
+            .map(|p| p.to_string())
+            .collect();
+        let redis_before: Vec<u64> = redis_pids
+            .iter()
+            .map(|p| cpu_ticks(p).unwrap_or(0))
+            .collect();
+        let bench_before = cpu_ticks("self").unwrap_or(0);
+        match fault {
+            Fault::None => {}
+            Fault::Pause => self.cluster.node(FAULT_NODE).pause(),
+            Fault::Kill => self.cluster.node(FAULT_NODE).kill(),
+        }
+        let subject = self.subject(kind);
+        let samples = self
+            .rt
+            .block_on(drive(subject, format!("{tag}run"), concurrency, duration));
+        let bench_after = cpu_ticks("self").unwrap_or(0);
+        self.rt.block_on(async { tokio::time::sleep(SETTLE).await });
+        if fault == Fault::Pause {
+            self.cluster.node(FAULT_NODE).resume();
+            std::thread::sleep(RESUME_WAIT);
+        }
+        let stats = self
+            .servers(kind)
+            .iter()
+            .map(|n| n.is_running().then(|| NodeStats::read(n)))
+            .collect();
+        // A killed server's pid is gone, and its ticks with it.
+        let redis_ticks = redis_pids
+            .iter()
+            .zip(&redis_before)
+            .map(|(p, before)| cpu_ticks(p).unwrap_or(*before).saturating_sub(*before))
+            .sum();
+        Slice {
+            samples,
+            stats,
+            bench_ticks: bench_after.saturating_sub(bench_before),
+            redis_ticks,
+        }
+    }
+
+    /// This row's lock keys (warm-up included) on each node in use.
+    fn count_keys(&self, kind: Kind, tag: &str) -> Vec<Option<usize>> {
+        self.servers(kind)
+            .iter()
+            .map(|n| {
+                n.is_running().then(|| {
+                    count(n, &format!("redfence:lock:{tag}*"))
+                        + count(n, &format!("floor:lock:{tag}*"))
+                })
+            })
+            .collect()
+    }
+
+    fn progress(&self, row: &Row) {
+        eprintln!(
+            "{:<46} c={:<2} {:>7.0} cycles/s  p50 {:>7.1} µs  p99 {:>8.1} µs  success {:.4}  keys left {}{}",
+            row.kind.name(),
+            row.concurrency,
+            row.samples.per_sec(),
+            row.p50(),
+            row.p99(),
+            row.samples.success(),
+            row.keys_text(),
+            row.samples
+                .first_error
+                .as_ref()
+                .map(|e| format!("  first error: {e}"))
+                .unwrap_or_default()
+        );
+    }
+
+    fn environment(&self, warmup: f64, measure: f64) -> String {
+        let version = self
+            .single
+            .cli(&["INFO", "server"])
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("redis_version:").map(str::to_owned))
+            .unwrap_or_else(|| "?".to_owned());
+        let nproc = std::thread::available_parallelism().map_or(0, |n| n.get());
+        format!(
+            "env: redis-server {version}, nproc {nproc}, tokio multi-thread runtime ({} workers), \
+             6 redis-server processes (nodes 0-4 for the 3- and 5-node runs and floor 2; a \
+             separate one for the 1-node runs and floor 1); each row {warmup:.2} s warm-up + \
+             {measure:.2} s measured ({SLICES} interleaved slices for healthy rows); TTL {} s; \
+             node_timeout 100 ms (default)",
+            self.rt.metrics().num_workers(),
+            TTL.as_secs()
+        )
+    }
+
+    /// Every lock key of the whole run, on every node still running.
+    fn final_key_count(&self) -> FinalKeys {
+        let keys = |n: &RedisServer| {
+            n.is_running()
+                .then(|| count(n, "redfence:lock:*") + count(n, "floor:lock:*"))
+        };
+        let text = |k: Option<usize>| k.map_or_else(|| "-".to_owned(), |k| k.to_string());
+        let cluster: Vec<Option<usize>> = self.cluster.nodes.iter().map(keys).collect();
+        let single = keys(&self.single);
+        FinalKeys {
+            clean: cluster
+                .iter()
+                .chain(std::iter::once(&single))
+                .all(|k| k.unwrap_or(0) == 0),
+            text: format!(
+                "{} | {}",
+                cluster
+                    .iter()
+                    .map(|k| text(*k))
+                    .collect::<Vec<_>>()
+                    .join("/"),
+                text(single)
+            ),
+        }
+    }
+}
+
+fn count(node: &RedisServer, pattern: &str) -> usize {
+    node.cli(&["KEYS", pattern])
+        .lines()
+        .filter(|l| !l.is_empty())
+        .count()
+}
+
+struct FinalKeys {
+    clean: bool,
+    text: String,
+}
+
+impl std::fmt::Display for FinalKeys {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.text)
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Output.
+
+struct Report<'a> {
+    rows: &'a [Row],
+}
+
+impl Report<'_> {
+    fn find(&self, kind: Kind, concurrency: usize) -> Option<&Row> {
+        self.rows
+            .iter()
+            .find(|r| r.kind == kind && r.concurrency == concurrency)
+    }
+
+    fn reference(&self, r: &Row) -> Option<&Row> {
+        let fault = match r.kind {
+            Kind::Paused => Fault::Pause,
+            Kind::Killed => Fault::Kill,
+            _ => return None,
+        };
+        self.find(Kind::Reference(fault), r.concurrency)
+    }
+
+    fn invariants_broken(&self) -> bool {
+        self.rows
+            .iter()
+            .any(|r| r.samples.failed > 0 || r.keys_left() > 0)
+    }
+
+    fn render(&self) -> String {
+        let mut out = String::new();
+        self.main_table(&mut out);
+        out.push('\n');
+        self.fault_table(&mut out);
+        out.push('\n');
+        self.cost_table(&mut out);
+        out.push('\n');
+        self.targets(&mut out);
+        out
+    }
+
+    fn main_table(&self, out: &mut String) {
+        out.push_str(
+            "| run | conc | cycles/s | p50 µs | p99 µs | cmds/cycle | new conns/cycle | success | keys left per node | p50 ÷ floor 1 | p50 ÷ floor 2 | cycles/s ÷ floor 2 |\n\
+             |---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|\n",
+        );
+        let healthy = self
+            .rows
+            .iter()
+            .filter(|r| matches!(r.kind, Kind::Floor1 | Kind::Floor2 | Kind::Redfence(_)));
+        for r in healthy {
+            let f1 = self.find(Kind::Floor1, r.concurrency);
+            let f2 = self.find(Kind::Floor2, r.concurrency);
+            let _ = writeln!(
+                out,
+                "| {} | {} | {:.0} | {:.1} | {:.1} | {:.3} | {:.4} | {:.2}% | {} | {} | {} | {} |",
+                r.kind.name(),
+                r.concurrency,
+                r.samples.per_sec(),
+                r.p50(),
+                r.p99(),
+                r.cmds_per_cycle(),
+                r.conns_per_cycle(),
+                100.0 * r.samples.success(),
+                r.keys_text(),
+                ratio(f1.map(|f| r.p50() / f.p50())),
+                ratio(f2.map(|f| r.p50() / f.p50())),
+                ratio(f2.map(|f| r.samples.per_sec() / f.samples.per_sec())),
+            );
+        }
+    }
+
+    fn fault_table(&self, out: &mut String) {
+        out.push_str(
+            "| fault (5 nodes) | conc | success | cycles/s | p50 µs | p99 µs | healthy p50 µs: bracketing / main table | p50 ÷ healthy: bracketing / main table | release p50 µs (bracketing healthy) | cmds/node/cycle, nodes 0-4 | new conns/cycle | keys left per node |\n\
+             |---|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---|\n",
+        );
+        for r in self
+            .rows
+            .iter()
+            .filter(|r| matches!(r.kind, Kind::Paused | Kind::Killed))
+        {
+            let bracket = self.reference(r);
+            let main = self.find(Kind::Redfence(5), r.concurrency);
+            let _ = writeln!(
+                out,
+                "| node {FAULT_NODE} {} | {} | {:.2}% ({} of {}) | {:.0} | {:.1} | {:.1} | {} / {} | {} / {} | {:.1} ({}) | {} | {:.4} | {} |",
+                if r.kind == Kind::Paused {
+                    "paused (SIGSTOP)"
+                } else {
+                    "killed (SIGKILL)"
+                },
+                r.concurrency,
+                100.0 * r.samples.success(),
+                r.samples.ok,
+                r.samples.cycles(),
+                r.samples.per_sec(),
+                r.p50(),
+                r.p99(),
+                micros(bracket.map(Row::p50)),
+                micros(main.map(Row::p50)),
+                ratio(bracket.map(|h| r.p50() / h.p50())),
+                ratio(main.map(|h| r.p50() / h.p50())),
+                pct(&r.samples.release_ns, 0.5),
+                micros(bracket.map(|h| pct(&h.samples.release_ns, 0.5))),
+                per_node_text(r),
+                r.conns_per_cycle(),
+                r.keys_text(),
+            );
+        }
+        for r in self.rows.iter().filter(|r| r.samples.first_error.is_some()) {
+            let _ = writeln!(
+                out,
+                "\nfirst error in `{}` c={}: {}",
+                r.kind.name(),
+                r.concurrency,
+                r.samples.first_error.as_deref().unwrap_or_default()
+            );
+        }
+    }
+
+    fn cost_table(&self, out: &mut String) {
+        out.push_str(
+            "Where the time goes (acquire and release timed separately inside each cycle; \
+             CPU from /proc, 10 ms ticks):\n\n\
+             | run | conc | acquire p50 µs | release p50 µs | nodes pending when release returned | ACQUIRE never sent | cmds/node/cycle | redis usec/cycle (commandstats, client cmds) | redis CPU µs/cycle | bench CPU µs/cycle | raw commandstats calls/cycle (µs/call), all nodes, Lua-internal included |\n\
+             |---|---:|---:|---:|---:|---:|---|---:|---:|---:|---|\n",
+        );
+        for r in self.rows {
+            let _ = writeln!(
+                out,
+                "| {} | {} | {:.1} | {:.1} | {:.2} | {} | {} | {:.1} | {:.1} | {:.1} | {} |",
+                r.kind.name(),
+                r.concurrency,
+                pct(&r.samples.acquire_ns, 0.5),
+                pct(&r.samples.release_ns, 0.5),
+                r.samples.release_pending as f64 / r.cycles(),
+                r.acquire_not_sent()
+                    .map_or_else(|| "-".to_owned(), |x| format!("{:.2}%", 100.0 * x)),
+                per_node_text(r),
+                r.redis_usec_per_cycle(),
+                r.cpu_us_per_cycle(r.redis_ticks),
+                r.cpu_us_per_cycle(r.bench_ticks),
+                r.raw_commands(),
+            );
+        }
+    }
+
+    fn targets(&self, out: &mut String) {
+        out.push_str("Targets:\n\n");
+        let mut line = |met: bool, text: String| {
+            let mark = if met { "MET   " } else { "MISSED" };
+            let _ = writeln!(out, "- [{mark}] {text}");
+        };
+        if let (Some(f1), Some(f2), Some(r5)) = (
+            self.find(Kind::Floor1, 1),
+            self.find(Kind::Floor2, 1),
+            self.find(Kind::Redfence(5), 1),
+        ) {
+            let x = r5.p50() / f1.p50();
+            line(
+                x <= 1.15,
+                format!(
+                    "5-node p50 at c=1 ≤ 1.15 × floor 1 p50: {:.1} µs vs {:.1} µs = {x:.2}× \
+                     (floor 2, the raw 5-node fan-out, is {:.2}× floor 1)",
+                    r5.p50(),
+                    f1.p50(),
+                    f2.p50() / f1.p50()
+                ),
+            );
+        }
+        if let (Some(f2), Some(r5)) = (
+            self.find(Kind::Floor2, 32),
+            self.find(Kind::Redfence(5), 32),
+        ) {
+            let x = r5.samples.per_sec() / f2.samples.per_sec();
+            line(
+                x >= 1.0,
+                format!(
+                    "5-node cycles/s at c=32 ≥ floor 2: {:.0} vs {:.0} = {x:.2}×",
+                    r5.samples.per_sec(),
+                    f2.samples.per_sec()
+                ),
+            );
+        }
+        for r in self
+            .rows
+            .iter()
+            .filter(|r| matches!(r.kind, Kind::Paused | Kind::Killed))
+        {
+            let bracket = self.reference(r).map_or(f64::NAN, |h| r.p50() / h.p50());
+            let main = self
+                .find(Kind::Redfence(5), r.concurrency)
+                .map_or(f64::NAN, |h| r.p50() / h.p50());
+            line(
+                r.samples.failed == 0 && bracket <= 1.2,
+                format!(
+                    "{} c={}: success {:.2}% (need 100%); p50 {:.1} µs = {bracket:.2}× the \
+                     bracketing healthy p50 (need ≤ 1.2×; {main:.2}× the main-table one)",
+                    r.kind.name(),
+                    r.concurrency,
+                    100.0 * r.samples.success(),
+                    r.p50()
+                ),
+            );
+        }
+        let rf: Vec<&Row> = self.rows.iter().filter(|r| r.kind.is_redfence()).collect();
+        let conns: u64 = rf.iter().map(|r| r.new_conns()).sum();
+        line(
+            conns == 0,
+            format!(
+                "0 new connections per cycle: {conns} new connections in all redfence windows \
+                 (the reconnect after the restart happens outside them)"
+            ),
+        );
+        let off: Vec<String> = rf
+            .iter()
+            .filter(|r| matches!(r.kind, Kind::Redfence(_)) && !r.exactly_two_per_node())
+            .map(|r| {
+                format!(
+                    "{} c={}: {} (ACQUIRE never sent {:.2}%)",
+                    r.kind.name(),
+                    r.concurrency,
+                    per_node_text(r),
+                    100.0 * r.acquire_not_sent().unwrap_or(0.0)
+                )
+            })
+            .collect();
+        line(
+            off.is_empty(),
+            if off.is_empty() {
+                "exactly 2 commands per node per cycle in every healthy redfence row".to_owned()
+            } else {
+                format!(
+                    "exactly 2 commands per node per cycle; off in: {}",
+                    off.join("; ")
+                )
+            },
+        );
+        let leaks: Vec<String> = self
+            .rows
+            .iter()
+            .filter(|r| r.keys_left() > 0)
+            .map(|r| format!("{} c={}: {}", r.kind.name(), r.concurrency, r.keys_text()))
+            .collect();
+        line(
+            leaks.is_empty(),
+            if leaks.is_empty() {
+                "0 lock keys left after every row".to_owned()
+            } else {
+                format!("0 lock keys left; left in: {}", leaks.join("; "))
+            },
+        );
+    }
+}
+
+fn ratio(x: Option<f64>) -> String {
+    x.map_or_else(|| "-".to_owned(), |x| format!("{x:.2}×"))
+}
+
+fn micros(x: Option<f64>) -> String {
+    x.map_or_else(|| "-".to_owned(), |x| format!("{x:.1}"))
+}
+
+fn per_node_text(r: &Row) -> String {
+    r.per_node_cmds()
+        .iter()
+        .map(|c| c.map_or_else(|| "-".to_owned(), |c| format!("{c:.3}")))
+        .collect::<Vec<_>>()
+        .join(" / ")
+}

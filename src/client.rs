@@ -12,7 +12,7 @@ use tracing::Instrument;
 
 use crate::config::{Builder, Config};
 use crate::error::{Error, FailureReason, NodeErrorKind, NodeFailure, Phase, QuorumFailure};
-use crate::fanout::FanOut;
+use crate::fanout::{FanOut, Settled};
 use crate::guard::{Lease, LockGuard};
 use crate::node::Node;
 use crate::quorum::{quorum, Decision};
@@ -47,6 +47,9 @@ impl fmt::Debug for Client {
     }
 }
 
+/// Minimum lifetime of a release request; see `start_release`.
+const RELEASE_BUDGET: Duration = Duration::from_secs(1);
+
 /// What a successful release reports.
 #[derive(Debug, Clone)]
 #[non_exhaustive]
@@ -58,9 +61,9 @@ pub struct Released {
     /// Nodes that answered without deleting (key already expired or never
     /// set there) or failed, in node order.
     pub failures: Vec<NodeFailure>,
-    /// Nodes not yet answered when a majority had confirmed. Their release is
-    /// still sent (it is queued behind our acquire on the same connection),
-    /// and finishes in the background within the node timeout.
+    /// Nodes not yet answered when a majority had confirmed (or the node
+    /// timeout ran out). Their release is still sent (it is queued behind
+    /// our acquire on the same connection) and finishes in the background.
     pub pending: usize,
 }
 
@@ -199,7 +202,7 @@ impl Client {
         // over-approximates every key's age, which keeps validity safe.
         let start = Instant::now();
         let deadline = start + budget;
-        let mut fan = FanOut::start(&self.inner.nodes, |node| {
+        let mut fan = FanOut::start(&self.inner.nodes, |node, settled| {
             let (key, value, ttl_arg) = (target.key.clone(), value.clone(), ttl_arg.clone());
             async move {
                 let reply = node
@@ -208,6 +211,7 @@ impl Client {
                         &key,
                         &[value.as_bytes(), ttl_arg.as_bytes()],
                         deadline,
+                        &settled,
                     )
                     .await?;
                 parse_acquire(reply)
@@ -217,9 +221,10 @@ impl Client {
         let elapsed = start.elapsed();
         let tally = fan.tally();
         let failures = fan.failures();
-        // Stragglers are dropped here, before any release is queued: what
-        // they already sent is ordered before the release on each connection.
-        drop(fan);
+        // Stragglers finish in the background: what they queued before the
+        // decision is sent (so the lock lands on every healthy node) and is
+        // ordered before any release on each connection; the rest give up.
+        fan.finish_in_background();
         let reason = match decision {
             Decision::Reached => {
                 match validity(target.ttl, elapsed, target.drift, config.min_validity) {
@@ -275,7 +280,7 @@ impl Client {
         let ttl_arg: Arc<str> = target.ttl.millis().to_string().into();
         let start = Instant::now();
         let deadline = start + budget;
-        let mut fan = FanOut::start(&self.inner.nodes, |node| {
+        let mut fan = FanOut::start(&self.inner.nodes, |node, settled| {
             let (key, value, ttl_arg) = (key.clone(), value.clone(), ttl_arg.clone());
             async move {
                 let reply = node
@@ -284,6 +289,7 @@ impl Client {
                         &key,
                         &[value.as_bytes(), ttl_arg.as_bytes()],
                         deadline,
+                        &settled,
                     )
                     .await?;
                 parse_flag(reply)
@@ -293,7 +299,7 @@ impl Client {
         let elapsed = start.elapsed();
         let tally = fan.tally();
         let failures = fan.failures();
-        drop(fan);
+        fan.finish_in_background();
         let reason = match decision {
             Decision::Reached => {
                 match validity(target.ttl, elapsed, target.drift, config.min_validity) {
@@ -322,15 +328,19 @@ impl Client {
         })))
     }
 
-    /// Compare-and-delete on all N nodes. Returns once a majority confirmed
-    /// (the lock is then free for others) or every node answered; the rest
-    /// finish in the background.
+    /// Compare-and-delete on all N nodes. Returns once the outcome is certain
+    /// (a majority confirmed, so the lock is free for others, or a majority
+    /// can no longer confirm) or after one node timeout; the rest finish in
+    /// the background.
     pub(crate) async fn release(&self, key: &Arc<str>, value: &Arc<str>) -> Released {
         // If this future is dropped before the fan-out is handed off, resend
         // the release in the background (compare-and-delete is idempotent).
         let mut cleanup = ReleaseOnDrop::new(self, key, value);
         let mut fan = self.start_release(key, value);
-        fan.decide(|r| matches!(r, Ok(()))).await;
+        // The caller waits at most one node timeout; the requests themselves
+        // have the longer release budget and finish in the background.
+        let wait = self.inner.config.node_timeout;
+        let _ = tokio::time::timeout(wait, fan.decide(|r| matches!(r, Ok(())))).await;
         let released = Released {
             confirmed: fan.tally().yes(),
             nodes: fan.tally().nodes(),
@@ -343,12 +353,24 @@ impl Client {
     }
 
     fn start_release(&self, key: &Arc<str>, value: &Arc<str>) -> FanOut<()> {
-        let deadline = Instant::now() + self.inner.config.node_timeout;
-        FanOut::start(&self.inner.nodes, |node| {
+        // Releases get at least RELEASE_BUDGET: nobody waits on them past the
+        // node timeout, and a release that gives up early (still waiting for
+        // a reconnect, say) leaves the key to block others for the full TTL.
+        let budget = self.inner.config.node_timeout.max(RELEASE_BUDGET);
+        let deadline = Instant::now() + budget;
+        // Releases ignore the settled flag (a fresh one nobody sets): every
+        // node should get its release, however late it connects.
+        FanOut::start(&self.inner.nodes, |node, _settled| {
             let (key, value) = (key.clone(), value.clone());
             async move {
                 let reply = node
-                    .run_script(&RELEASE, &key, &[value.as_bytes()], deadline)
+                    .run_script(
+                        &RELEASE,
+                        &key,
+                        &[value.as_bytes()],
+                        deadline,
+                        &Settled::default(),
+                    )
                     .await?;
                 parse_flag(reply)
             }

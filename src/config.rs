@@ -178,6 +178,20 @@ fn parse_node(index: usize, url: &str) -> Result<(redis::Client, String), Config
         url: redact(url),
         source,
     };
+    // Decided on the scheme before parsing, so the error says what is wrong
+    // with the URL rather than what the parser of this build lacks.
+    let scheme = url
+        .split_once("://")
+        .map_or(String::new(), |(scheme, _)| scheme.to_ascii_lowercase());
+    if matches!(
+        scheme.as_str(),
+        "rediss" | "valkeys" | "unix" | "redis+unix" | "valkey+unix"
+    ) {
+        return Err(ConfigError::UnsupportedUrl {
+            index,
+            url: redact(url),
+        });
+    }
     let info = url.into_connection_info().map_err(invalid)?;
     let addr = match info.addr() {
         ConnectionAddr::Tcp(host, port) => format!("{}:{port}", host.to_ascii_lowercase()),
@@ -198,8 +212,28 @@ fn parse_node(index: usize, url: &str) -> Result<(redis::Client, String), Config
     Ok((client, addr))
 }
 
-/// Replaces the password in `scheme://user:password@host` with `***`.
+/// Replaces the password in `scheme://user:password@host` and in a
+/// `pass=` / `password=` query parameter with `***`.
 pub(crate) fn redact(url: &str) -> String {
+    let url = redact_userinfo(url);
+    let Some((head, query)) = url.split_once('?') else {
+        return url;
+    };
+    let params: Vec<String> = query
+        .split('&')
+        .map(|param| match param.split_once('=') {
+            Some((name, _))
+                if matches!(name.to_ascii_lowercase().as_str(), "pass" | "password") =>
+            {
+                format!("{name}=***")
+            }
+            _ => param.to_owned(),
+        })
+        .collect();
+    format!("{head}?{}", params.join("&"))
+}
+
+fn redact_userinfo(url: &str) -> String {
     let Some(scheme_end) = url.find("://").map(|i| i + 3) else {
         return url.to_owned();
     };
@@ -230,6 +264,14 @@ mod tests {
         assert_eq!(redact("redis://h:1"), "redis://h:1");
         assert_eq!(redact("redis://user@h:1"), "redis://user@h:1");
         assert_eq!(redact("nonsense"), "nonsense");
+        assert_eq!(
+            redact("redis+unix:///x?db=1&pass=hunter2"),
+            "redis+unix:///x?db=1&pass=***"
+        );
+        assert_eq!(
+            redact("redis://:a@h?password=b"),
+            "redis://:***@h?password=***"
+        );
     }
 
     #[test]

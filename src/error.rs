@@ -24,8 +24,8 @@ pub enum ConfigError {
         #[source]
         source: redis::RedisError,
     },
-    /// A node URL uses a scheme this build cannot connect to (e.g. a Unix
-    /// socket path or TLS without the feature).
+    /// A node URL uses a scheme this build cannot connect to: a Unix socket
+    /// (`unix://`, `redis+unix://`) or TLS (`rediss://`, not supported yet).
     #[error("node {index} ({url:?}) is not a tcp redis:// url")]
     UnsupportedUrl {
         /// Position of the node in the list.
@@ -147,13 +147,18 @@ pub enum NodeErrorKind {
     },
     /// The last connection attempt failed recently; the client waits before
     /// trying again instead of paying a connect on every call.
-    #[error("down, next reconnect in {retry_in:?} (last error: {last})")]
+    #[error("down, next reconnect in {retry_in:?}")]
     Backoff {
         /// Time until the next connection attempt.
         retry_in: Duration,
         /// The failure that started the back-off.
+        #[source]
         last: Box<NodeErrorKind>,
     },
+    /// The outcome was already decided when the connection to this node
+    /// became available, so the command was not sent.
+    #[error("not sent: decided before the node was connected")]
+    Abandoned,
     /// Any other error from Redis (script error, OOM, unexpected reply).
     #[error("redis error")]
     Redis(#[source] Arc<redis::RedisError>),

@@ -3,11 +3,20 @@
 //!
 //! All N requests are started on the first poll (one round trip, not N), and
 //! the tally decides as soon as a majority said yes or a majority became
-//! impossible. Requests still in flight at that point are *not* awaited: the
-//! caller either drops them (their command is already enqueued on the node's
-//! connection, so whatever it does there is ordered before any later command
-//! of ours) or hands them to a background task.
+//! impossible. Requests still in flight at that point are *not* awaited by
+//! the caller; they are handed to a background task so that commands already
+//! queued on a connection are really sent (redis-rs skips a queued command
+//! whose caller went away) and the lock lands on every healthy node, not just
+//! a bare majority.
+//!
+//! The ordering rule that keeps stragglers from leaking keys: at the
+//! decision the fan-out is *settled*, and a straggler that only then obtains
+//! its connection (it was waiting for a connect) gives up instead of sending.
+//! So every command of a settled fan-out was queued before the decision,
+//! hence before any later command of ours (a release) on the same
+//! connection, and Redis runs them in that order.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use futures::future::BoxFuture;
@@ -19,9 +28,24 @@ use crate::quorum::{Decision, Tally};
 
 type NodeFuture<T> = BoxFuture<'static, (usize, Result<T, NodeErrorKind>)>;
 
+/// Set when the fan-out has decided; see the module docs.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Settled(Arc<AtomicBool>);
+
+impl Settled {
+    pub(crate) fn is_set(&self) -> bool {
+        self.0.load(Ordering::Acquire)
+    }
+
+    fn set(&self) {
+        self.0.store(true, Ordering::Release);
+    }
+}
+
 /// The answers gathered so far, per node index.
 pub(crate) struct FanOut<T> {
     nodes: Vec<Arc<Node>>,
+    settled: Settled,
     pending: FuturesUnordered<NodeFuture<T>>,
     answers: Vec<Option<Result<T, NodeErrorKind>>>,
     tally: Tally,
@@ -29,22 +53,25 @@ pub(crate) struct FanOut<T> {
 
 impl<T: Send + 'static> FanOut<T> {
     /// Starts `op` on every node. `op` gets an owned node handle so the
-    /// futures are `'static` and can outlive the caller if handed off.
+    /// futures are `'static` and can outlive the caller if handed off, and
+    /// the [`Settled`] flag to pass to [`Node::run_script`].
     pub(crate) fn start<F, Fut>(nodes: &[Arc<Node>], op: F) -> Self
     where
-        F: Fn(Arc<Node>) -> Fut,
+        F: Fn(Arc<Node>, Settled) -> Fut,
         Fut: std::future::Future<Output = Result<T, NodeErrorKind>> + Send + 'static,
     {
+        let settled = Settled::default();
         let pending = nodes
             .iter()
             .map(|node| {
                 let index = node.index();
-                let fut = op(Arc::clone(node));
+                let fut = op(Arc::clone(node), settled.clone());
                 Box::pin(async move { (index, fut.await) }) as NodeFuture<T>
             })
             .collect();
         Self {
             nodes: nodes.to_vec(),
+            settled,
             pending,
             answers: (0..nodes.len()).map(|_| None).collect(),
             tally: Tally::new(nodes.len()),
@@ -65,7 +92,14 @@ impl<T: Send + 'static> FanOut<T> {
                 *slot = Some(result);
             }
         }
+        self.settle();
         self.tally.decision()
+    }
+
+    /// From now on, requests that have not yet queued their command give up.
+    /// Called at the decision, and by the caller when it stops waiting.
+    pub(crate) fn settle(&self) {
+        self.settled.set();
     }
 
     pub(crate) fn tally(&self) -> Tally {

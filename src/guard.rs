@@ -155,7 +155,8 @@ impl LockGuard {
 
     /// Releases the lock on every node (compare-and-delete, so a lock that
     /// expired and was taken by someone else is left alone) and reports how
-    /// many nodes confirmed. Returns as soon as a majority confirmed; see
+    /// many nodes confirmed. Returns as soon as a majority confirmed (or
+    /// could no longer confirm), and after at most one node timeout; see
     /// [`Released::pending`].
     pub async fn release(mut self) -> Released {
         self.released = true;

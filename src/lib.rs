@@ -19,6 +19,19 @@
 //! # Ok(()) }
 //! ```
 //!
+//! Bad input is a typed error at build or call time, never a panic:
+//!
+//! ```
+//! use redfence::{Client, ConfigError, Error};
+//!
+//! let none: [&str; 0] = [];
+//! assert!(matches!(Client::new(none), Err(Error::Config(ConfigError::NoNodes))));
+//! let twice = Client::new(["redis://127.0.0.1:7001", "redis://127.0.0.1:7001"]);
+//! assert!(matches!(twice, Err(Error::Config(ConfigError::DuplicateNode { .. }))));
+//! let bad = Client::builder(["redis://:secret@127.0.0.1:7001"]).drift_factor(1.5).build();
+//! assert_eq!(bad.unwrap_err().to_string(), "drift factor 1.5 is outside [0, 1)");
+//! ```
+//!
 //! ## The algorithm
 //!
 //! An attempt draws a fresh unguessable value, sends a `SET key value NX PX

@@ -23,6 +23,7 @@ use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, ErrorKind, RedisError, ServerErrorKind, Value};
 
 use crate::error::NodeErrorKind;
+use crate::fanout::Settled;
 use crate::scripts::Script;
 
 /// What a node learned about the server at connect time. Later features (the
@@ -35,6 +36,9 @@ pub(crate) struct Identity {
 }
 
 type ConnectResult = Result<Connected, NodeErrorKind>;
+
+/// Commands that may wait to be written on one node's connection.
+const PIPELINE_BUFFER: usize = 1024;
 
 #[derive(Clone)]
 struct Connected {
@@ -167,22 +171,35 @@ impl Node {
 
     /// Runs `script` on this node, finishing by `deadline` (an `Instant`, so
     /// connect time and the `NOSCRIPT` retry come out of the same budget).
+    /// If `settled` is set by the time a connection is available, nothing is
+    /// sent (see `fanout`: a straggler must not overtake a later release).
     pub(crate) async fn run_script(
         &self,
         script: &Script,
         key: &str,
         args: &[&[u8]],
         deadline: Instant,
+        settled: &Settled,
     ) -> Result<Value, NodeErrorKind> {
         let budget = deadline.saturating_duration_since(Instant::now());
         let work = async {
             let connected = self.connection().await?;
+            // Each send is preceded by this check with no await in between
+            // (the first poll of `query_async` puts the command in the
+            // connection's queue), so the check cannot go stale.
+            let abandoned = || settled.is_set().then_some(NodeErrorKind::Abandoned);
+            if let Some(e) = abandoned() {
+                return Err(e);
+            }
             let mut conn = connected.conn.clone();
             let first = script.evalsha(key, args).query_async(&mut conn).await;
             let reply = match first {
                 Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
                     // The node restarted (or flushed scripts) since we last
                     // used it. EVAL runs and re-caches in one round trip.
+                    if let Some(e) = abandoned() {
+                        return Err(e);
+                    }
                     script.eval(key, args).query_async(&mut conn).await
                 }
                 other => other,
@@ -242,6 +259,12 @@ impl Node {
         }
         .boxed()
         .shared();
+        // Drive the connect on its own task so it progresses even when every
+        // caller gave up on its (shorter) per-call deadline; it ends by itself
+        // within the connect timeout. Outside a runtime the callers drive it.
+        if let Ok(handle) = tokio::runtime::Handle::try_current() {
+            handle.spawn(fut.clone());
+        }
         inner.state = State::Connecting(fut.clone());
         fut
     }
@@ -304,8 +327,10 @@ impl Node {
 }
 
 fn classify(e: RedisError) -> NodeErrorKind {
-    let auth = e.kind() == ErrorKind::AuthenticationFailed
-        || matches!(e.code(), Some("NOAUTH" | "WRONGPASS" | "NOPERM"));
+    let auth = matches!(
+        e.kind(),
+        ErrorKind::AuthenticationFailed | ErrorKind::Server(ServerErrorKind::NoPerm)
+    ) || matches!(e.code(), Some("NOAUTH" | "WRONGPASS"));
     if auth {
         NodeErrorKind::Auth(Arc::new(e))
     } else if e.is_io_error() || e.is_connection_refusal() || e.is_connection_dropped() {
@@ -323,20 +348,35 @@ async fn handshake(
 ) -> Result<(MultiplexedConnection, Identity), NodeErrorKind> {
     // Our own deadline bounds every call, so the driver's response timeout is
     // off: it would only race ours.
+    //
+    // The pipeline buffer is the queue between callers and the connection's
+    // writer task. Its default (50) makes callers wait for a slot when many
+    // tasks share the connection, and a command whose deadline fires while
+    // waiting is never sent: a release lost that way leaves its key for the
+    // whole TTL. 1024 slots keep enqueueing immediate under any load this
+    // client can generate.
     let config = AsyncConnectionConfig::new()
         .set_connection_timeout(Some(timeout))
-        .set_response_timeout(None);
-    let mut conn = client
+        .set_response_timeout(None)
+        .set_pipeline_buffer_size(PIPELINE_BUFFER);
+    let conn = client
         .get_multiplexed_async_connection_with_config(&config)
         .await
         .map_err(classify)?;
-    let (info, role): (String, Value) = redis::pipe()
-        .cmd("INFO")
-        .arg("server")
-        .cmd("ROLE")
-        .query_async(&mut conn)
-        .await
-        .map_err(classify)?;
+    // Two commands on the multiplexed connection at once: one round trip,
+    // but each with its own reply, so an error (NOAUTH when the URL lacks a
+    // password) keeps its code; a pipeline would fold it into a
+    // pipeline error without one.
+    let (mut c1, mut c2) = (conn.clone(), conn.clone());
+    let mut info_cmd = redis::cmd("INFO");
+    info_cmd.arg("server");
+    let role_cmd = redis::cmd("ROLE");
+    let (info, role) = futures::future::join(
+        info_cmd.query_async::<String>(&mut c1),
+        role_cmd.query_async::<Value>(&mut c2),
+    )
+    .await;
+    let (info, role) = (info.map_err(classify)?, role.map_err(classify)?);
     let role = match role {
         Value::Array(items) => match items.first() {
             Some(Value::BulkString(b)) => String::from_utf8_lossy(b).into_owned(),

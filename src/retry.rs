@@ -7,22 +7,26 @@ use std::time::Duration;
 /// lock that could not be taken.
 ///
 /// Every wait is bounded: there is always a deadline (`max_wait`), and
-/// optionally an attempt count. Between attempts the client sleeps `delay`
-/// plus a uniformly random extra in `[0, jitter]`, so competing clients that
-/// failed together do not retry in lock-step (Redlock's split-vote problem).
-/// No sleep ever ends past the deadline: when the next attempt would start
-/// after it, the acquire gives up instead.
+/// optionally an attempt count. After the n-th failed attempt the client
+/// sleeps `delay` plus a uniformly random extra in `[0, window]`, where the
+/// window starts at `jitter` and doubles after every failed attempt up to
+/// `max_jitter`. The randomness keeps clients that failed together from
+/// retrying in lock-step (Redlock's split votes: each gets some nodes, none
+/// a majority); the growth keeps many contenders from livelocking the nodes
+/// with attempts. No sleep ever ends past the deadline: when the next
+/// attempt would start after it, the acquire gives up instead.
 ///
 /// # Default
 ///
 /// `max_wait` 10 s, unlimited attempts within it, `delay` 50 ms, `jitter`
-/// 100 ms.
+/// 100 ms growing to `max_jitter` 1 s.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Retry {
     max_wait: Duration,
     max_attempts: Option<u32>,
     delay: Duration,
     jitter: Duration,
+    max_jitter: Duration,
 }
 
 impl Default for Retry {
@@ -39,6 +43,7 @@ impl Retry {
             max_attempts: None,
             delay: Duration::from_millis(50),
             jitter: Duration::from_millis(100),
+            max_jitter: Duration::from_secs(1),
         }
     }
 
@@ -74,11 +79,20 @@ impl Retry {
         self
     }
 
-    /// The random part of the pause between attempts: uniform in
-    /// `[0, jitter]`. Defaults to 100 ms.
+    /// The initial width of the random part of the pause: uniform in
+    /// `[0, jitter]` after the first failed attempt. Defaults to 100 ms.
     #[must_use]
     pub const fn with_jitter(mut self, jitter: Duration) -> Self {
         self.jitter = jitter;
+        self
+    }
+
+    /// The widest the random window grows to (it doubles after every failed
+    /// attempt, starting at `jitter`). A value at or below `jitter` keeps the
+    /// window constant. Defaults to 1 second.
+    #[must_use]
+    pub const fn with_max_jitter(mut self, max_jitter: Duration) -> Self {
+        self.max_jitter = max_jitter;
         self
     }
 
@@ -103,9 +117,25 @@ impl Retry {
         if self.max_attempts.is_some_and(|max| made >= max) {
             return None;
         }
-        let pause = self.delay.saturating_add(draw(self.jitter));
+        let pause = self.delay.saturating_add(draw(self.window(made)));
         let next_start = spent.saturating_add(pause);
         (next_start < self.max_wait).then_some(pause)
+    }
+}
+
+impl Retry {
+    /// The random window after `made` failed attempts: `jitter × 2^(made−1)`,
+    /// capped at `max(max_jitter, jitter)`.
+    fn window(&self, made: u32) -> Duration {
+        let cap = if self.max_jitter > self.jitter {
+            self.max_jitter
+        } else {
+            self.jitter
+        };
+        let doublings = made.saturating_sub(1).min(31);
+        self.jitter
+            .checked_mul(1u32 << doublings)
+            .map_or(cap, |w| w.min(cap))
     }
 }
 
@@ -157,6 +187,30 @@ mod tests {
         );
         assert_eq!(r.next_delay(1, 60 * MS, |_| Duration::ZERO), Some(30 * MS));
         assert_eq!(r.next_delay(9, Duration::MAX, |_| Duration::ZERO), None);
+    }
+
+    #[test]
+    fn window_doubles_up_to_the_cap() {
+        let r = Retry::new()
+            .with_jitter(10 * MS)
+            .with_max_jitter(70 * MS)
+            .with_delay(Duration::ZERO);
+        let windows: Vec<_> = (1..=6)
+            .map(|n| r.next_delay(n, Duration::ZERO, |w| w).unwrap())
+            .collect();
+        assert_eq!(
+            windows,
+            [10 * MS, 20 * MS, 40 * MS, 70 * MS, 70 * MS, 70 * MS]
+        );
+        // A cap below the start keeps the window constant.
+        let flat = r.with_max_jitter(MS);
+        assert_eq!(flat.next_delay(9, Duration::ZERO, |w| w), Some(10 * MS));
+        // No overflow after many attempts.
+        let big = Retry::new().with_max_wait(Duration::MAX);
+        assert_eq!(
+            big.next_delay(u32::MAX - 1, Duration::ZERO, |w| w),
+            Some(1050 * MS)
+        );
     }
 
     #[test]

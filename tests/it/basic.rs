@@ -11,7 +11,10 @@ async fn smoke_acquire_release_on_three_nodes() {
         .await
         .unwrap();
     assert!(guard.validity() > Duration::from_secs(4));
-    assert_eq!(cluster.count_keys("redfence:lock:*"), vec![1, 1, 1]);
+    // At least a majority holds the key; a node still connecting when the
+    // majority answered is skipped (see fanout.rs).
+    let held: usize = cluster.count_keys("redfence:lock:*").iter().sum();
+    assert!((2..=3).contains(&held), "{held}");
     assert!(client
         .try_acquire("smoke", Duration::from_secs(5))
         .await

@@ -5,3 +5,9 @@
 mod support;
 
 mod basic;
+mod cancellation;
+mod contention;
+mod errors;
+mod faults;
+mod helpers;
+mod modes;

@@ -1,0 +1,99 @@
+//! Small helpers shared by the test modules: key names and polling.
+
+use std::time::{Duration, Instant};
+
+use crate::support::RedisServer;
+
+/// Every lock key the client writes with the default prefix.
+pub const LOCK_KEYS: &str = "redfence:lock:*";
+
+/// The Redis key of `resource`'s lock under the default prefix.
+pub fn lock_key(resource: &str) -> String {
+    format!("{}lock:{resource}", redfence::DEFAULT_PREFIX)
+}
+
+pub const fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+pub const fn secs(n: u64) -> Duration {
+    Duration::from_secs(n)
+}
+
+/// Polls `check` every 20 ms until it holds or `within` has passed; returns
+/// whether it held. For effects that finish in the background (a release
+/// that returned at a majority, a dropped guard), never for timing claims.
+pub async fn eventually(within: Duration, mut check: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + within;
+    loop {
+        if check() {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(ms(20)).await;
+    }
+}
+
+/// `PTTL` of `key` on `node`, in milliseconds (-2 when absent).
+pub fn pttl(node: &RedisServer, key: &str) -> i64 {
+    let reply = node.cli(&["PTTL", key]);
+    reply
+        .parse()
+        .unwrap_or_else(|_| panic!("PTTL {key} on {}: {reply}", node.port()))
+}
+
+/// A display string follows the house style: starts lowercase, no trailing
+/// period.
+pub fn assert_message_style(message: &str) {
+    let first = message.chars().next().expect("empty error message");
+    assert!(
+        !first.is_uppercase(),
+        "error message starts uppercase: {message:?}"
+    );
+    assert!(
+        !message.ends_with('.'),
+        "error message ends with a period: {message:?}"
+    );
+}
+
+/// A client with a node timeout (1 s) far above any local round trip, for
+/// tests whose outcome must not depend on a loaded machine answering within
+/// the default 100 ms. Tests of timeouts set their own.
+pub fn new_client(cluster: &crate::support::Cluster) -> redfence::Client {
+    redfence::Client::builder(cluster.urls())
+        .node_timeout(secs(1))
+        .build()
+        .unwrap()
+}
+
+/// A client whose connections to every node are already open, so the next
+/// operation reaches all N nodes at once. A fresh client connects lazily,
+/// and requests still waiting for their connection when the outcome becomes
+/// certain are dropped: its first lock usually lives on a bare majority.
+pub async fn warm_client(cluster: &crate::support::Cluster) -> redfence::Client {
+    let client = new_client(cluster);
+    warm_up(&client, cluster).await;
+    client
+}
+
+/// Takes and frees a throw-away lock until every node has answered once.
+pub async fn warm_up(client: &redfence::Client, cluster: &crate::support::Cluster) {
+    let n = cluster.nodes.len();
+    let deadline = Instant::now() + secs(5);
+    loop {
+        let guard = client.acquire("warm-up", secs(5)).await.unwrap();
+        let all = cluster.count_keys(LOCK_KEYS) == vec![1; n];
+        guard.release().await;
+        assert!(
+            eventually(secs(2), || cluster.count_keys(LOCK_KEYS) == vec![0; n]).await,
+            "warm-up lock not released: {:?}",
+            cluster.count_keys(LOCK_KEYS)
+        );
+        if all {
+            return;
+        }
+        assert!(Instant::now() < deadline, "nodes never all reached");
+    }
+}
