@@ -11,7 +11,7 @@
 //! Timing. A row is 2 s measured after a 0.3 s warm-up (`REDFENCE_BENCH_SECS`
 //! sets the measured part; the warm-up is 15 % of it, at most 0.3 s). Shared
 //! machines drift, so rows that are compared are interleaved: the five
-//! healthy rows of one concurrency run in 4 round-robin slices each, and
+//! healthy rows of one concurrency run in 8 round-robin slices each, and
 //! every fault row is bracketed by healthy 5-node slices (half its length
 //! before, half after) that serve as its reference.
 //!
@@ -61,10 +61,12 @@ const TTL_MS: u64 = 10_000;
 const MEASURE_DEFAULT: f64 = 2.0;
 const WARMUP_MAX: f64 = 0.3;
 /// Round-robin slices per healthy row.
-const SLICES: u32 = 4;
-/// After each slice, before reading counters: every background release of
-/// a healthy run has answered by then.
-const SETTLE: Duration = Duration::from_millis(150);
+const SLICES: u32 = 8;
+/// After each healthy slice, before reading counters: the background work
+/// of a cycle (stragglers, releases) on a healthy node is one round trip.
+const SETTLE: Duration = Duration::from_millis(50);
+/// After a fault slice: longer than the default node timeout (100 ms).
+const SETTLE_FAULT: Duration = Duration::from_millis(150);
 /// After resuming a paused node: time for its backlog to run.
 const RESUME_WAIT: Duration = Duration::from_millis(500);
 /// Node that the fault rows pause or kill.
@@ -973,7 +975,12 @@ impl Bench {
             .rt
             .block_on(drive(subject, format!("{tag}run"), concurrency, duration));
         let bench_after = cpu_ticks("self").unwrap_or(0);
-        self.rt.block_on(async { tokio::time::sleep(SETTLE).await });
+        let settle = if fault == Fault::None {
+            SETTLE
+        } else {
+            SETTLE_FAULT
+        };
+        self.rt.block_on(async { tokio::time::sleep(settle).await });
         if fault == Fault::Pause {
             self.cluster.node(FAULT_NODE).resume();
             std::thread::sleep(RESUME_WAIT);
