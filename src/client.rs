@@ -12,13 +12,13 @@ use tracing::Instrument;
 
 use crate::config::{Builder, Config};
 use crate::error::{Error, FailureReason, NodeErrorKind, NodeFailure, Phase, QuorumFailure};
-use crate::fanout::{FanOut, Settled};
+use crate::fanout::{all_nodes, FanOut, NodeSet, Settled};
 use crate::guard::{Lease, LockGuard};
 use crate::node::Node;
 use crate::quorum::{quorum, Decision};
 use crate::request::LockRequest;
 use crate::resource::{lock_key, lock_value, validate};
-use crate::scripts::{ACQUIRE, EXTEND, RELEASE};
+use crate::scripts::{EXTEND, RELEASE};
 use crate::validity::{node_budget, validity, Ttl, TtlProblem};
 
 /// A handle to a set of independent Redis masters. Cheap to clone (one
@@ -47,9 +47,6 @@ impl fmt::Debug for Client {
     }
 }
 
-/// Minimum lifetime of a release request; see `start_release`.
-const RELEASE_BUDGET: Duration = Duration::from_secs(1);
-
 /// What a successful release reports.
 #[derive(Debug, Clone)]
 #[non_exhaustive]
@@ -69,7 +66,7 @@ pub struct Released {
 
 /// A lock grant from one attempt, before it becomes a guard.
 pub(crate) struct Grant {
-    pub(crate) value: Arc<str>,
+    pub(crate) held: Held,
     pub(crate) valid_until: Instant,
 }
 
@@ -183,44 +180,48 @@ impl Client {
         })
     }
 
-    /// One Redlock attempt: a fresh value, `SET NX PX` (in a script) on all N
-    /// nodes at once, decide at the first certain outcome, compute validity.
+    /// One Redlock attempt: a fresh value, `SET NX PX` on all N nodes at
+    /// once, decide at the first certain outcome, compute validity.
     pub(crate) async fn attempt(&self, target: &Target) -> Result<Grant, QuorumFailure> {
         let config = &self.inner.config;
-        let value = lock_value(&self.inner.id);
+        let nodes = &self.inner.nodes;
+        let mut held = Held {
+            key: target.key.clone(),
+            value: lock_value(&self.inner.id),
+            sent: all_nodes(nodes.len()),
+            expires_at: Instant::now() + target.ttl.duration(),
+        };
         // Armed until the attempt succeeds: a failed attempt, or this future
-        // being dropped mid-flight, releases on every node in the background.
-        let mut cleanup = ReleaseOnDrop::new(self, &target.key, &value);
+        // being dropped mid-flight, releases everywhere in the background.
+        let mut cleanup = ReleaseOnDrop::new(self, &held);
         let budget = node_budget(
             config.node_timeout,
             target.ttl,
             target.drift,
             config.min_validity,
         );
-        let ttl_arg: Arc<str> = target.ttl.millis().to_string().into();
+        // A plain SET: a Lua script would cost the server ~5× the CPU of the
+        // command it wraps, for nothing the grant needs.
+        let mut set = redis::cmd("SET");
+        set.arg(&*held.key)
+            .arg(&*held.value)
+            .arg("NX")
+            .arg("PX")
+            .arg(target.ttl.millis());
+        let set = Arc::new(set);
         // The clock starts before the first request is sent: elapsed then
         // over-approximates every key's age, which keeps validity safe.
         let start = Instant::now();
-        let deadline = start + budget;
-        let mut fan = FanOut::start(&self.inner.nodes, |node, settled| {
-            let (key, value, ttl_arg) = (target.key.clone(), value.clone(), ttl_arg.clone());
-            async move {
-                let reply = node
-                    .run_script(
-                        &ACQUIRE,
-                        &key,
-                        &[value.as_bytes(), ttl_arg.as_bytes()],
-                        deadline,
-                        &settled,
-                    )
-                    .await?;
-                parse_acquire(reply)
-            }
+        let mut fan = FanOut::start(nodes, held.sent, start + budget, |node, settled| {
+            let set = Arc::clone(&set);
+            async move { parse_set(node.run_command(&set, &settled).await?) }
         });
-        let decision = fan.decide(Result::is_ok).await;
+        let decision = fan.decide(Result::is_ok, start + budget).await;
         let elapsed = start.elapsed();
         let tally = fan.tally();
         let failures = fan.failures();
+        held.sent = fan.maybe_sent();
+        cleanup.update(&held);
         // Stragglers finish in the background: what they queued before the
         // decision is sent (so the lock lands on every healthy node) and is
         // ordered before any release on each connection; the rest give up.
@@ -231,8 +232,8 @@ impl Client {
                     Some(_) => {
                         cleanup.disarm();
                         return Ok(Grant {
-                            value: value.clone(),
                             valid_until: start + target.ttl.duration() - target.drift,
+                            held,
                         });
                     }
                     None => FailureReason::ValidityExhausted,
@@ -262,13 +263,13 @@ impl Client {
 
     /// Resets the TTL on a majority of all N nodes; validity is recomputed
     /// from this extend's own start. Never deletes anything on failure.
+    /// Returns the new `valid_until` and the keys' new expiry.
     pub(crate) async fn extend(
         &self,
         resource: &str,
-        key: &Arc<str>,
-        value: &Arc<str>,
+        held: &Held,
         ttl: Duration,
-    ) -> Result<Instant, Error> {
+    ) -> Result<(Instant, Instant), Error> {
         let target = self.target(resource, ttl)?;
         let config = &self.inner.config;
         let budget = node_budget(
@@ -279,23 +280,22 @@ impl Client {
         );
         let ttl_arg: Arc<str> = target.ttl.millis().to_string().into();
         let start = Instant::now();
-        let deadline = start + budget;
-        let mut fan = FanOut::start(&self.inner.nodes, |node, settled| {
-            let (key, value, ttl_arg) = (key.clone(), value.clone(), ttl_arg.clone());
-            async move {
-                let reply = node
-                    .run_script(
-                        &EXTEND,
-                        &key,
-                        &[value.as_bytes(), ttl_arg.as_bytes()],
-                        deadline,
-                        &settled,
+        let mut fan = FanOut::start(
+            &self.inner.nodes,
+            all_nodes(self.nodes()),
+            start + budget,
+            |node, settled| {
+                let (key, value, ttl_arg) = (held.key.clone(), held.value.clone(), ttl_arg.clone());
+                async move {
+                    let args: [&[u8]; 2] = [value.as_bytes(), ttl_arg.as_bytes()];
+                    parse_flag(
+                        node.run_script(&EXTEND, &key, &args, &settled, false)
+                            .await?,
                     )
-                    .await?;
-                parse_flag(reply)
-            }
-        });
-        let decision = fan.decide(Result::is_ok).await;
+                }
+            },
+        );
+        let decision = fan.decide(Result::is_ok, start + budget).await;
         let elapsed = start.elapsed();
         let tally = fan.tally();
         let failures = fan.failures();
@@ -303,7 +303,12 @@ impl Client {
         let reason = match decision {
             Decision::Reached => {
                 match validity(target.ttl, elapsed, target.drift, config.min_validity) {
-                    Some(_) => return Ok(start + target.ttl.duration() - target.drift),
+                    Some(_) => {
+                        return Ok((
+                            start + target.ttl.duration() - target.drift,
+                            start + target.ttl.duration(),
+                        ))
+                    }
                     None => FailureReason::ValidityExhausted,
                 }
             }
@@ -328,19 +333,17 @@ impl Client {
         })))
     }
 
-    /// Compare-and-delete on all N nodes. Returns once the outcome is certain
-    /// (a majority confirmed, so the lock is free for others, or a majority
-    /// can no longer confirm) or after one node timeout; the rest finish in
-    /// the background.
-    pub(crate) async fn release(&self, key: &Arc<str>, value: &Arc<str>) -> Released {
+    /// Compare-and-delete on the nodes the lock may have reached. Returns
+    /// once the outcome is certain (a majority confirmed, so the lock is free
+    /// for others, or a majority can no longer confirm) or after one node
+    /// timeout; the rest finish in the background.
+    pub(crate) async fn release(&self, held: &Held) -> Released {
         // If this future is dropped before the fan-out is handed off, resend
         // the release in the background (compare-and-delete is idempotent).
-        let mut cleanup = ReleaseOnDrop::new(self, key, value);
-        let mut fan = self.start_release(key, value);
-        // The caller waits at most one node timeout; the requests themselves
-        // have the longer release budget and finish in the background.
-        let wait = self.inner.config.node_timeout;
-        let _ = tokio::time::timeout(wait, fan.decide(|r| matches!(r, Ok(())))).await;
+        let mut cleanup = ReleaseOnDrop::new(self, held);
+        let mut fan = self.start_release(held);
+        let wait = Instant::now() + self.inner.config.node_timeout;
+        fan.decide(|r| matches!(r, Ok(())), wait).await;
         let released = Released {
             confirmed: fan.tally().yes(),
             nodes: fan.tally().nodes(),
@@ -352,38 +355,35 @@ impl Client {
         released
     }
 
-    fn start_release(&self, key: &Arc<str>, value: &Arc<str>) -> FanOut<()> {
-        // Releases get at least RELEASE_BUDGET: nobody waits on them past the
-        // node timeout, and a release that gives up early (still waiting for
-        // a reconnect, say) leaves the key to block others for the full TTL.
-        let budget = self.inner.config.node_timeout.max(RELEASE_BUDGET);
-        let deadline = Instant::now() + budget;
-        // Releases ignore the settled flag (a fresh one nobody sets): every
-        // node should get its release, however late it connects.
-        FanOut::start(&self.inner.nodes, |node, _settled| {
-            let (key, value) = (key.clone(), value.clone());
+    fn start_release(&self, held: &Held) -> FanOut<()> {
+        // The requests live until the keys would have expired anyway (at
+        // least one node timeout): a release that gives up earlier, say
+        // queued behind a paused node's backlog, would leave its key to block
+        // others for the rest of the TTL. Nobody waits on them that long.
+        let deadline = held
+            .expires_at
+            .max(Instant::now() + self.inner.config.node_timeout);
+        // Releases ignore the settled flag and go through to stalled nodes:
+        // the acquire they follow may be queued there.
+        FanOut::start(&self.inner.nodes, held.sent, deadline, |node, _settled| {
+            let (key, value) = (held.key.clone(), held.value.clone());
             async move {
-                let reply = node
-                    .run_script(
-                        &RELEASE,
-                        &key,
-                        &[value.as_bytes()],
-                        deadline,
-                        &Settled::default(),
-                    )
-                    .await?;
-                parse_flag(reply)
+                let args: [&[u8]; 1] = [value.as_bytes()];
+                parse_flag(
+                    node.run_script(&RELEASE, &key, &args, &Settled::NEVER, true)
+                        .await?,
+                )
             }
         })
     }
 
-    /// Fire-and-forget release on every node, for paths that cannot await
-    /// (drop) or should not (a failed attempt). Bounded by the node timeout;
-    /// without a tokio runtime it does nothing and the TTL frees the lock.
-    pub(crate) fn release_in_background(&self, key: &Arc<str>, value: &Arc<str>) {
+    /// Fire-and-forget release, for paths that cannot await (drop) or should
+    /// not (a failed attempt). Without a tokio runtime it does nothing and
+    /// the TTL frees the lock.
+    pub(crate) fn release_in_background(&self, held: &Held) {
         if let Ok(handle) = tokio::runtime::Handle::try_current() {
-            let span = tracing::debug_span!("background_release", key = %key);
-            handle.spawn(self.start_release(key, value).drain().instrument(span));
+            let span = tracing::debug_span!("background_release", key = %held.key);
+            handle.spawn(self.start_release(held).drain().instrument(span));
         }
     }
 
@@ -393,22 +393,34 @@ impl Client {
     }
 }
 
+/// What a lock needs to be extended or released: its key, its secret value,
+/// the nodes the acquire may have reached, and when the keys expire.
+#[derive(Debug, Clone)]
+pub(crate) struct Held {
+    pub(crate) key: Arc<str>,
+    pub(crate) value: Arc<str>,
+    pub(crate) sent: NodeSet,
+    pub(crate) expires_at: Instant,
+}
+
 /// Sends a release everywhere when dropped while armed.
 struct ReleaseOnDrop<'a> {
     client: &'a Client,
-    key: &'a Arc<str>,
-    value: &'a Arc<str>,
+    held: Held,
     armed: bool,
 }
 
 impl<'a> ReleaseOnDrop<'a> {
-    fn new(client: &'a Client, key: &'a Arc<str>, value: &'a Arc<str>) -> Self {
+    fn new(client: &'a Client, held: &Held) -> Self {
         Self {
             client,
-            key,
-            value,
+            held: held.clone(),
             armed: true,
         }
+    }
+
+    fn update(&mut self, held: &Held) {
+        self.held = held.clone();
     }
 
     fn disarm(&mut self) {
@@ -419,7 +431,7 @@ impl<'a> ReleaseOnDrop<'a> {
 impl Drop for ReleaseOnDrop<'_> {
     fn drop(&mut self) {
         if self.armed {
-            self.client.release_in_background(self.key, self.value);
+            self.client.release_in_background(&self.held);
         }
     }
 }
@@ -442,16 +454,12 @@ fn classify_failure(
     }
 }
 
-/// `{1}` granted; `{0, pttl}` held by another owner.
-fn parse_acquire(reply: Value) -> Result<(), NodeErrorKind> {
+/// `OK` granted; nil held by another owner.
+fn parse_set(reply: Value) -> Result<(), NodeErrorKind> {
     match reply {
-        Value::Array(items) => match items.as_slice() {
-            [Value::Int(1), ..] => Ok(()),
-            [Value::Int(0), Value::Int(pttl)] => Err(NodeErrorKind::HeldByOther {
-                expires_in: u64::try_from(*pttl).ok().map(Duration::from_millis),
-            }),
-            _ => Err(unexpected(Value::Array(items))),
-        },
+        Value::Okay => Ok(()),
+        Value::SimpleString(ref s) if s == "OK" => Ok(()),
+        Value::Nil => Err(NodeErrorKind::HeldByOther { expires_in: None }),
         other => Err(unexpected(other)),
     }
 }
@@ -478,20 +486,15 @@ mod tests {
     use super::*;
 
     #[test]
-    fn acquire_replies() {
-        assert!(parse_acquire(Value::Array(vec![Value::Int(1)])).is_ok());
-        match parse_acquire(Value::Array(vec![Value::Int(0), Value::Int(1500)])) {
-            Err(NodeErrorKind::HeldByOther { expires_in }) => {
-                assert_eq!(expires_in, Some(Duration::from_millis(1500)))
-            }
-            other => panic!("{other:?}"),
-        }
-        match parse_acquire(Value::Array(vec![Value::Int(0), Value::Int(-1)])) {
-            Err(NodeErrorKind::HeldByOther { expires_in: None }) => {}
-            other => panic!("{other:?}"),
-        }
+    fn set_replies() {
+        assert!(parse_set(Value::Okay).is_ok());
+        assert!(parse_set(Value::SimpleString("OK".into())).is_ok());
         assert!(matches!(
-            parse_acquire(Value::Nil),
+            parse_set(Value::Nil),
+            Err(NodeErrorKind::HeldByOther { expires_in: None })
+        ));
+        assert!(matches!(
+            parse_set(Value::Int(1)),
             Err(NodeErrorKind::Redis(_))
         ));
     }

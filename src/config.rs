@@ -10,6 +10,10 @@ use crate::error::ConfigError;
 use crate::node::{Node, NodeTimeouts, Registry};
 use crate::resource::{DEFAULT_PREFIX, MAX_PREFIX_LEN};
 use crate::retry::Retry;
+
+/// Most nodes a client may have. Node sets are bitmasks; a Redlock of more
+/// than a handful of masters buys nothing anyway.
+pub const MAX_NODES: usize = 64;
 use crate::validity::DriftFactor;
 
 /// Builds a [`Client`]. Every setter documents its default; `build`
@@ -118,6 +122,9 @@ impl Builder {
         if self.urls.is_empty() {
             return Err(ConfigError::NoNodes);
         }
+        if self.urls.len() > MAX_NODES {
+            return Err(ConfigError::TooManyNodes(self.urls.len()));
+        }
         let drift_factor = DriftFactor::new(self.drift_factor)
             .ok_or(ConfigError::DriftFactor(self.drift_factor))?;
         for (value, name) in [
@@ -136,6 +143,7 @@ impl Builder {
             connect: self.connect_timeout,
             backoff_min: Duration::from_millis(25).min(self.reconnect_backoff_max),
             backoff_max: self.reconnect_backoff_max,
+            probe: self.node_timeout,
         };
         let registry = Registry::new(self.urls.len());
         let mut seen: Vec<String> = Vec::with_capacity(self.urls.len());

@@ -50,6 +50,9 @@ pub enum ConfigError {
     /// A duration setting that must be positive is zero.
     #[error("{0} must be greater than zero")]
     ZeroDuration(&'static str),
+    /// More than [`MAX_NODES`](crate::MAX_NODES) nodes.
+    #[error("{0} nodes configured, more than the maximum of 64")]
+    TooManyNodes(usize),
     /// The key prefix is longer than [`MAX_PREFIX_LEN`](crate::MAX_PREFIX_LEN) bytes.
     #[error("key prefix is {0} bytes, more than the maximum")]
     PrefixTooLong(usize),
@@ -159,6 +162,17 @@ pub enum NodeErrorKind {
     /// became available, so the command was not sent.
     #[error("not sent: decided before the node was connected")]
     Abandoned,
+    /// The node timed out recently and has not answered since, so commands
+    /// to it fail at once instead of piling up behind a stalled server; one
+    /// probe per node timeout still goes through and clears this when answered.
+    #[error("unresponsive since {silent_for:?} ago, skipped until a probe answers")]
+    Stalled {
+        /// Time since the oldest unanswered request was sent.
+        silent_for: Duration,
+    },
+    /// Not sent: a release to a node the lock never reached.
+    #[error("skipped: the lock was never sent to this node")]
+    Skipped,
     /// Any other error from Redis (script error, OOM, unexpected reply).
     #[error("redis error")]
     Redis(#[source] Arc<redis::RedisError>),
@@ -185,10 +199,28 @@ impl NodeErrorKind {
         }
     }
 
-    /// True for a per-node timeout (also behind a back-off).
+    /// False when the command certainly never reached the node (refused
+    /// connection, back-off, failed handshake, skipped): a later release need
+    /// not go there. Timeouts and lost connections may have delivered it.
+    pub(crate) fn may_have_been_sent(&self) -> bool {
+        !matches!(
+            self,
+            NodeErrorKind::Connect(_)
+                | NodeErrorKind::Auth(_)
+                | NodeErrorKind::NotMaster { .. }
+                | NodeErrorKind::SameServer { .. }
+                | NodeErrorKind::Backoff { .. }
+                | NodeErrorKind::Abandoned
+                | NodeErrorKind::Stalled { .. }
+                | NodeErrorKind::Skipped
+        )
+    }
+
+    /// True for a per-node timeout (also behind a back-off, or a node
+    /// skipped as stalled after one).
     pub fn is_timeout(&self) -> bool {
         match self {
-            NodeErrorKind::Timeout(_) => true,
+            NodeErrorKind::Timeout(_) | NodeErrorKind::Stalled { .. } => true,
             NodeErrorKind::Backoff { last, .. } => last.is_timeout(),
             _ => false,
         }

@@ -15,9 +15,15 @@
 //! So every command of a settled fan-out was queued before the decision,
 //! hence before any later command of ours (a release) on the same
 //! connection, and Redis runs them in that order.
+//!
+//! Timers: one per fan-out (the node deadline), not one per node call, and
+//! one more for the background task when stragglers remain. A node still
+//! silent at the deadline is a `Timeout` vote and is reported to the node
+//! (`Node::note_timeout`), which may then skip it until a probe answers.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::time::Instant;
 
 use futures::future::BoxFuture;
 use futures::stream::{FuturesUnordered, StreamExt};
@@ -30,15 +36,37 @@ type NodeFuture<T> = BoxFuture<'static, (usize, Result<T, NodeErrorKind>)>;
 
 /// Set when the fan-out has decided; see the module docs.
 #[derive(Debug, Clone, Default)]
-pub(crate) struct Settled(Arc<AtomicBool>);
+pub(crate) struct Settled(Option<Arc<AtomicBool>>);
 
 impl Settled {
+    /// A flag that is never set: for requests that must go out however late
+    /// (releases).
+    pub(crate) const NEVER: Settled = Settled(None);
+
+    fn new() -> Self {
+        Self(Some(Arc::default()))
+    }
+
     pub(crate) fn is_set(&self) -> bool {
-        self.0.load(Ordering::Acquire)
+        self.0.as_ref().is_some_and(|f| f.load(Ordering::Acquire))
     }
 
     fn set(&self) {
-        self.0.store(true, Ordering::Release);
+        if let Some(f) = &self.0 {
+            f.store(true, Ordering::Release);
+        }
+    }
+}
+
+/// A set of node indexes (N ≤ 64 is checked at build).
+pub(crate) type NodeSet = u64;
+
+/// Every node of `n`.
+pub(crate) const fn all_nodes(n: usize) -> NodeSet {
+    if n >= 64 {
+        u64::MAX
+    } else {
+        (1u64 << n) - 1
     }
 }
 
@@ -49,42 +77,71 @@ pub(crate) struct FanOut<T> {
     pending: FuturesUnordered<NodeFuture<T>>,
     answers: Vec<Option<Result<T, NodeErrorKind>>>,
     tally: Tally,
+    started: Instant,
+    deadline: Instant,
 }
 
 impl<T: Send + 'static> FanOut<T> {
-    /// Starts `op` on every node. `op` gets an owned node handle so the
-    /// futures are `'static` and can outlive the caller if handed off, and
-    /// the [`Settled`] flag to pass to [`Node::run_script`].
-    pub(crate) fn start<F, Fut>(nodes: &[Arc<Node>], op: F) -> Self
+    /// Starts `op` on every node in `targets`; the others count as a `no`
+    /// vote with [`NodeErrorKind::Skipped`] (a release of a lock whose acquire
+    /// never reached them). `op` gets an owned node handle so the futures are
+    /// `'static` and can outlive the caller if handed off, and the
+    /// [`Settled`] flag to pass to the node. Answers are awaited until
+    /// `deadline` at most.
+    pub(crate) fn start<F, Fut>(
+        nodes: &[Arc<Node>],
+        targets: NodeSet,
+        deadline: Instant,
+        op: F,
+    ) -> Self
     where
         F: Fn(Arc<Node>, Settled) -> Fut,
         Fut: std::future::Future<Output = Result<T, NodeErrorKind>> + Send + 'static,
     {
-        let settled = Settled::default();
-        let pending = nodes
-            .iter()
-            .map(|node| {
-                let index = node.index();
-                let fut = op(Arc::clone(node), settled.clone());
-                Box::pin(async move { (index, fut.await) }) as NodeFuture<T>
-            })
-            .collect();
+        let started = Instant::now();
+        let settled = Settled::new();
+        let mut tally = Tally::new(nodes.len());
+        let mut answers: Vec<Option<Result<T, NodeErrorKind>>> =
+            (0..nodes.len()).map(|_| None).collect();
+        let pending = FuturesUnordered::new();
+        for (i, node) in nodes.iter().enumerate() {
+            if targets & (1 << i) == 0 {
+                answers[i] = Some(Err(NodeErrorKind::Skipped));
+                tally.record(false);
+                continue;
+            }
+            let fut = op(Arc::clone(node), settled.clone());
+            pending.push(Box::pin(async move { (i, fut.await) }) as NodeFuture<T>);
+        }
         Self {
             nodes: nodes.to_vec(),
             settled,
             pending,
-            answers: (0..nodes.len()).map(|_| None).collect(),
-            tally: Tally::new(nodes.len()),
+            answers,
+            tally,
+            started,
+            deadline,
         }
     }
 
-    /// Drives the requests until `is_yes` votes make the outcome certain.
+    /// Drives the requests until `is_yes` votes make the outcome certain, or
+    /// until `wait_until` (capped at the node deadline). Nodes still silent at
+    /// the node deadline count as timed out.
     pub(crate) async fn decide(
         &mut self,
         is_yes: impl Fn(&Result<T, NodeErrorKind>) -> bool,
+        wait_until: Instant,
     ) -> Decision {
+        let wait_until = wait_until.min(self.deadline);
+        let timer = tokio::time::sleep_until(wait_until.into());
+        tokio::pin!(timer);
         while self.tally.decision() == Decision::Pending {
-            let Some((index, result)) = self.pending.next().await else {
+            let next = tokio::select! {
+                biased;
+                next = self.pending.next() => next,
+                () = &mut timer => None,
+            };
+            let Some((index, result)) = next else {
                 break;
             };
             self.tally.record(is_yes(&result));
@@ -92,13 +149,30 @@ impl<T: Send + 'static> FanOut<T> {
                 *slot = Some(result);
             }
         }
+        if self.tally.decision() == Decision::Pending && Instant::now() >= self.deadline {
+            self.expire();
+        }
         self.settle();
         self.tally.decision()
     }
 
+    /// The node deadline passed: every unanswered node is a timeout.
+    fn expire(&mut self) {
+        let budget = self.deadline.saturating_duration_since(self.started);
+        for (slot, node) in self.answers.iter_mut().zip(&self.nodes) {
+            if slot.is_none() {
+                node.note_timeout(self.started);
+                *slot = Some(Err(NodeErrorKind::Timeout(budget)));
+                self.tally.record(false);
+            }
+        }
+        // Past their deadline: what they queued stays queued (and runs in
+        // order); nothing more is waited for.
+        self.pending = FuturesUnordered::new();
+    }
+
     /// From now on, requests that have not yet queued their command give up.
-    /// Called at the decision, and by the caller when it stops waiting.
-    pub(crate) fn settle(&self) {
+    fn settle(&self) {
         self.settled.set();
     }
 
@@ -109,6 +183,16 @@ impl<T: Send + 'static> FanOut<T> {
     /// Nodes whose request is still in flight.
     pub(crate) fn pending(&self) -> usize {
         self.pending.len()
+    }
+
+    /// Nodes that may have received the command: all but those whose answer
+    /// proves it was never sent. Stragglers count as sent.
+    pub(crate) fn maybe_sent(&self) -> NodeSet {
+        self.answers
+            .iter()
+            .enumerate()
+            .filter(|(_, answer)| !matches!(answer, Some(Err(kind)) if !kind.may_have_been_sent()))
+            .fold(0, |set, (i, _)| set | (1 << i))
     }
 
     /// Every answered node that failed, in node order.
@@ -127,8 +211,9 @@ impl<T: Send + 'static> FanOut<T> {
             .collect()
     }
 
-    /// Lets the requests still in flight finish on their own (each is bounded
-    /// by its deadline), without making the caller wait for them.
+    /// Lets the requests still in flight finish on their own, up to the node
+    /// deadline, without making the caller wait for them. A node that stays
+    /// silent until then is reported to it as timed out.
     ///
     /// Without a tokio runtime the requests are dropped; what they already
     /// queued on a connection still runs.
@@ -141,8 +226,27 @@ impl<T: Send + 'static> FanOut<T> {
         }
     }
 
-    /// Waits for every request, discarding the answers.
+    /// Waits for every request until the node deadline, discarding answers.
     pub(crate) async fn drain(mut self) {
-        while self.pending.next().await.is_some() {}
+        let timer = tokio::time::sleep_until(self.deadline.into());
+        tokio::pin!(timer);
+        loop {
+            tokio::select! {
+                biased;
+                next = self.pending.next() => match next {
+                    Some((index, _)) => {
+                        // Mark answered, so `expire` only blames the silent.
+                        if let Some(slot) = self.answers.get_mut(index) {
+                            *slot = Some(Err(NodeErrorKind::Abandoned));
+                        }
+                    }
+                    None => return,
+                },
+                () = &mut timer => {
+                    self.expire();
+                    return;
+                }
+            }
+        }
     }
 }

@@ -5,17 +5,22 @@ use std::fmt;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::client::{Client, Grant, Released, Target};
+use crate::client::{Client, Grant, Held, Released, Target};
 use crate::error::Error;
 
 /// Shared between a guard and the lease views it hands out. The deadline
-/// moves when an extend succeeds; a std Mutex, because it is only read or
-/// written, never held across an await.
+/// and expiry move when an extend succeeds; a std Mutex, because it is only
+/// read or written, never held across an await.
 struct LeaseState {
     resource: Arc<str>,
-    key: Arc<str>,
-    value: Arc<str>,
-    valid_until: Mutex<Instant>,
+    times: Mutex<Times>,
+    held: Held,
+}
+
+#[derive(Clone, Copy)]
+struct Times {
+    valid_until: Instant,
+    expires_at: Instant,
 }
 
 /// A read-only view of a held lock: its resource and how long it can still
@@ -41,9 +46,11 @@ impl Lease {
         Self {
             state: Arc::new(LeaseState {
                 resource: target.resource.clone(),
-                key: target.key.clone(),
-                value: grant.value,
-                valid_until: Mutex::new(grant.valid_until),
+                times: Mutex::new(Times {
+                    valid_until: grant.valid_until,
+                    expires_at: grant.held.expires_at,
+                }),
+                held: grant.held,
             }),
         }
     }
@@ -56,11 +63,7 @@ impl Lease {
     /// The instant, on this process's monotonic clock, after which the lock
     /// must be assumed lost: acquire (or last extend) start + TTL − drift.
     pub fn valid_until(&self) -> Instant {
-        *self
-            .state
-            .valid_until
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
+        self.times().valid_until
     }
 
     /// Time left before [`valid_until`](Self::valid_until); zero once past.
@@ -74,12 +77,24 @@ impl Lease {
         !self.validity().is_zero()
     }
 
-    fn set_valid_until(&self, until: Instant) {
-        *self
-            .state
-            .valid_until
-            .lock()
-            .unwrap_or_else(|p| p.into_inner()) = until;
+    fn times(&self) -> Times {
+        *self.state.times.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// What extend and release need, with the current expiry.
+    fn held(&self) -> Held {
+        Held {
+            expires_at: self.times().expires_at,
+            ..self.state.held.clone()
+        }
+    }
+
+    fn extended(&self, valid_until: Instant, expires_at: Instant) {
+        let mut times = self.state.times.lock().unwrap_or_else(|p| p.into_inner());
+        times.valid_until = valid_until;
+        // Nodes that missed this extend keep the old expiry: a release must
+        // outlive whichever is later.
+        times.expires_at = times.expires_at.max(expires_at);
     }
 }
 
@@ -141,15 +156,14 @@ impl LockGuard {
     /// deleted and the previous validity still stands: the lock expires on
     /// its old schedule unless a later extend succeeds.
     pub async fn extend(&self, ttl: Duration) -> Result<Duration, Error> {
-        let state = &self.lease.state;
-        let until = self
+        let (valid_until, expires_at) = self
             .client
-            .extend(&state.resource, &state.key, &state.value, ttl)
+            .extend(self.resource(), &self.lease.held(), ttl)
             .await?;
         // The new deadline replaces the old one even when it is earlier: a
         // shorter `ttl` shortened the keys on the nodes that answered, so the
         // old deadline is no longer backed by a majority.
-        self.lease.set_valid_until(until);
+        self.lease.extended(valid_until, expires_at);
         Ok(self.validity())
     }
 
@@ -160,16 +174,14 @@ impl LockGuard {
     /// [`Released::pending`].
     pub async fn release(mut self) -> Released {
         self.released = true;
-        let state = &self.lease.state;
-        self.client.release(&state.key, &state.value).await
+        self.client.release(&self.lease.held()).await
     }
 }
 
 impl Drop for LockGuard {
     fn drop(&mut self) {
         if !self.released {
-            let state = &self.lease.state;
-            self.client.release_in_background(&state.key, &state.value);
+            self.client.release_in_background(&self.lease.held());
         }
     }
 }

@@ -89,7 +89,7 @@ mod scripts;
 mod validity;
 
 pub use client::{Client, Released};
-pub use config::Builder;
+pub use config::{Builder, MAX_NODES};
 pub use error::{
     ConfigError, Error, FailureReason, NodeErrorKind, NodeFailure, Phase, QuorumFailure,
 };

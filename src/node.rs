@@ -15,12 +15,13 @@
 //! is paused and both sit in its socket buffer.
 
 use std::fmt;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use futures::future::{BoxFuture, FutureExt, Shared};
 use redis::aio::MultiplexedConnection;
-use redis::{AsyncConnectionConfig, ErrorKind, RedisError, ServerErrorKind, Value};
+use redis::{AsyncConnectionConfig, Cmd, ErrorKind, RedisError, ServerErrorKind, Value};
 
 use crate::error::NodeErrorKind;
 use crate::fanout::Settled;
@@ -105,6 +106,8 @@ pub(crate) struct NodeTimeouts {
     /// First pause after a failed connect; doubles up to `backoff_max`.
     pub(crate) backoff_min: Duration,
     pub(crate) backoff_max: Duration,
+    /// Interval between probes of a stalled node (the node timeout).
+    pub(crate) probe: Duration,
 }
 
 pub(crate) struct Node {
@@ -115,12 +118,23 @@ pub(crate) struct Node {
     registry: Arc<Registry>,
     me: Weak<Node>,
     inner: Mutex<Inner>,
+    /// Origin of `last_reply`, which is an atomic to keep the lock off the
+    /// reply path.
+    epoch: Instant,
+    /// Nanoseconds after `epoch` of the last answer from this node.
+    last_reply: AtomicU64,
+    /// Mirrors `inner.stalled.is_some()` so a reply only takes the lock when
+    /// there is something to clear.
+    stalled_hint: AtomicBool,
 }
 
 struct Inner {
     state: State,
     next_generation: u64,
     backoff: Duration,
+    /// Send time of the oldest request known unanswered, while stalled.
+    stalled: Option<Instant>,
+    next_probe: Instant,
 }
 
 impl fmt::Debug for Node {
@@ -151,7 +165,12 @@ impl Node {
                 state: State::Idle,
                 next_generation: 0,
                 backoff: timeouts.backoff_min,
+                stalled: None,
+                next_probe: Instant::now(),
             }),
+            epoch: Instant::now(),
+            last_reply: AtomicU64::new(0),
+            stalled_hint: AtomicBool::new(false),
         })
     }
 
@@ -169,53 +188,124 @@ impl Node {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Runs `script` on this node, finishing by `deadline` (an `Instant`, so
-    /// connect time and the `NOSCRIPT` retry come out of the same budget).
-    /// If `settled` is set by the time a connection is available, nothing is
-    /// sent (see `fanout`: a straggler must not overtake a later release).
+    /// Runs `script` on this node. If `settled` is set by the time a
+    /// connection is available, nothing is sent (see `fanout`: a straggler
+    /// must not overtake a later release). `through_stall` sends even to a
+    /// node marked stalled (releases: the command they follow may be queued
+    /// there). The caller bounds the wait; dropping the future abandons it.
     pub(crate) async fn run_script(
         &self,
         script: &Script,
         key: &str,
         args: &[&[u8]],
-        deadline: Instant,
+        settled: &Settled,
+        through_stall: bool,
+    ) -> Result<Value, NodeErrorKind> {
+        let connected = self.ready(settled, through_stall).await?;
+        let mut conn = connected.conn.clone();
+        let first = script.evalsha(key, args).query_async(&mut conn).await;
+        let reply = match first {
+            Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+                // The node restarted (or flushed scripts) since we last used
+                // it. EVAL runs and re-caches in one round trip.
+                if settled.is_set() {
+                    return Err(NodeErrorKind::Abandoned);
+                }
+                script.eval(key, args).query_async(&mut conn).await
+            }
+            other => other,
+        };
+        self.finish(connected.generation, reply)
+    }
+
+    /// Runs a plain command; see [`run_script`](Self::run_script).
+    pub(crate) async fn run_command(
+        &self,
+        cmd: &Cmd,
         settled: &Settled,
     ) -> Result<Value, NodeErrorKind> {
-        let budget = deadline.saturating_duration_since(Instant::now());
-        let work = async {
-            let connected = self.connection().await?;
-            // Each send is preceded by this check with no await in between
-            // (the first poll of `query_async` puts the command in the
-            // connection's queue), so the check cannot go stale.
-            let abandoned = || settled.is_set().then_some(NodeErrorKind::Abandoned);
-            if let Some(e) = abandoned() {
-                return Err(e);
-            }
-            let mut conn = connected.conn.clone();
-            let first = script.evalsha(key, args).query_async(&mut conn).await;
-            let reply = match first {
-                Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
-                    // The node restarted (or flushed scripts) since we last
-                    // used it. EVAL runs and re-caches in one round trip.
-                    if let Some(e) = abandoned() {
-                        return Err(e);
-                    }
-                    script.eval(key, args).query_async(&mut conn).await
-                }
-                other => other,
-            };
-            reply.map_err(|e| self.command_failed(connected.generation, e))
-        };
-        match tokio::time::timeout_at(deadline.into(), work).await {
-            Ok(result) => result,
-            Err(_) => Err(NodeErrorKind::Timeout(budget)),
+        let connected = self.ready(settled, false).await?;
+        let mut conn = connected.conn.clone();
+        let reply = cmd.query_async(&mut conn).await;
+        self.finish(connected.generation, reply)
+    }
+
+    /// The connection to send on, or why nothing may be sent. The caller
+    /// sends right after, with no await in between (the first poll of
+    /// `query_async` puts the command in the connection's queue), so the
+    /// `settled` check cannot go stale.
+    async fn ready(
+        &self,
+        settled: &Settled,
+        through_stall: bool,
+    ) -> Result<Connected, NodeErrorKind> {
+        let connected = self.connection(through_stall).await?;
+        if settled.is_set() {
+            return Err(NodeErrorKind::Abandoned);
         }
+        Ok(connected)
+    }
+
+    /// Records that the node answered (an error reply is an answer too) and
+    /// classifies failures.
+    fn finish(
+        &self,
+        generation: u64,
+        reply: redis::RedisResult<Value>,
+    ) -> Result<Value, NodeErrorKind> {
+        let answered = match &reply {
+            Ok(_) => true,
+            Err(e) => !(e.is_io_error() || e.is_connection_dropped() || e.is_unrecoverable_error()),
+        };
+        if answered {
+            self.last_reply
+                .store(self.since_epoch(Instant::now()), Ordering::Relaxed);
+            if self.stalled_hint.load(Ordering::Relaxed) {
+                self.stalled_hint.store(false, Ordering::Relaxed);
+                self.lock_inner().stalled = None;
+                tracing::debug!(node = %self.addr, "answered again");
+            }
+        }
+        reply.map_err(|e| self.command_failed(generation, e))
+    }
+
+    fn since_epoch(&self, t: Instant) -> u64 {
+        u64::try_from(t.saturating_duration_since(self.epoch).as_nanos()).unwrap_or(u64::MAX)
+    }
+
+    /// A request sent at `sent_at` got no answer by its deadline. If nothing
+    /// else was answered since then either, the node is stalled (paused,
+    /// black-holed, overloaded): further requests fail at once, except one
+    /// probe per node timeout, until something is answered.
+    pub(crate) fn note_timeout(&self, sent_at: Instant) {
+        if self.last_reply.load(Ordering::Relaxed) >= self.since_epoch(sent_at) {
+            return;
+        }
+        let mut inner = self.lock_inner();
+        if inner.stalled.is_none() {
+            tracing::debug!(node = %self.addr, "stalled");
+            inner.stalled = Some(sent_at);
+            self.stalled_hint.store(true, Ordering::Relaxed);
+        }
+        // Also after a failed probe: the next one waits a full interval from
+        // now, so callers right after a probe timed out do not pay again.
+        inner.next_probe = inner.next_probe.max(Instant::now() + self.timeouts.probe);
     }
 
     /// The current connection, connecting first if there is none.
-    async fn connection(&self) -> Result<Connected, NodeErrorKind> {
+    async fn connection(&self, through_stall: bool) -> Result<Connected, NodeErrorKind> {
         let pending = {
             let mut inner = self.lock_inner();
+            if let (Some(since), false) = (inner.stalled, through_stall) {
+                let now = Instant::now();
+                if now < inner.next_probe {
+                    return Err(NodeErrorKind::Stalled {
+                        silent_for: now.saturating_duration_since(since),
+                    });
+                }
+                // This request is the probe.
+                inner.next_probe = now + self.timeouts.probe;
+            }
             match &inner.state {
                 State::Ready(c) => return Ok(c.clone()),
                 State::Connecting(fut) => fut.clone(),
@@ -297,6 +387,9 @@ impl Node {
                 tracing::debug!(node = %self.addr, run_id = %connected.identity.run_id, "connected");
                 inner.backoff = self.timeouts.backoff_min;
                 inner.state = State::Ready(connected.clone());
+                // A new connection starts with a clean slate.
+                inner.stalled = None;
+                self.stalled_hint.store(false, Ordering::Relaxed);
             }
             Err(error) => {
                 tracing::debug!(node = %self.addr, %error, "connect failed");

@@ -1,6 +1,9 @@
 //! The Lua scripts, and how they are sent.
 //!
-//! Keys always travel in `KEYS[]` and values in `ARGV[]`; nothing is spliced
+//! Acquiring is a plain `SET key value NX PX ttl` (no script: Lua would
+//! cost the server about five times the CPU of the one command it wraps);
+//! release and extend must compare before acting, atomically, so they are
+//! scripts. Keys always travel in `KEYS[]` and values in `ARGV[]`; nothing is spliced
 //! into script text, so the scripts are constants and their SHA1 is computed
 //! once per process.
 //!
@@ -46,24 +49,6 @@ impl Script {
         cmd
     }
 }
-
-/// Take the lock if free. Returns `{1}` when granted, `{0, pttl}` when another
-/// owner holds it (pttl in ms, -1 if the key has no expiry, which only a
-/// foreign writer can cause).
-///
-/// A script rather than a bare `SET NX PX` because the failure reply carries
-/// the holder's remaining TTL (shown in errors, and what a waiter needs), and
-/// because fencing tokens will be issued atomically with the grant here.
-pub(crate) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r#"
-if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  return {1}
-end
-return {0, redis.call('PTTL', KEYS[1])}
-"#,
-    )
-});
 
 /// Delete the key only if it still holds our value. Returns 1 when deleted,
 /// 0 when absent or owned by someone else.

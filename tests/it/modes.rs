@@ -178,10 +178,9 @@ async fn held_is_contended(n: usize) {
     assert!(q.attempts > 1, "{err}");
     assert!(q.failures.len() > n - q.quorum, "{err}");
     for f in &q.failures {
+        // Acquire is a plain SET NX, so the holder's TTL is not reported.
         match &f.kind {
-            NodeErrorKind::HeldByOther {
-                expires_in: Some(left),
-            } => assert!(*left <= secs(10), "{err}"),
+            NodeErrorKind::HeldByOther { expires_in: None } => {}
             other => panic!("unexpected failure {other:?} in {err}"),
         }
     }
