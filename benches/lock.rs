@@ -22,11 +22,11 @@
 //!   INFO is not in its own output), and both are subtracted.
 //! - Commands per cycle count what clients sent. `commandstats` also counts
 //!   the calls a Lua script makes, so those are left out: GET, DEL, PTTL and
-//!   PEXPIRE (only ever called from the scripts, by both the floors and the
-//!   crate), and SET in crate rows (the crate's SET runs inside the ACQUIRE
-//!   script; the floors send it directly). The raw per-command counts are
-//!   printed as well. Each ACQUIRE that reaches a node runs exactly one SET,
-//!   which is how ACQUIREs that were never sent are counted.
+//!   PEXPIRE (only ever called from the release and extend scripts, by both
+//!   the floors and the crate). Both the floors and the crate acquire with a
+//!   plain `SET NX PX`. The raw per-command counts are printed as well. Each
+//!   ACQUIRE that reaches a node is exactly one SET, which is how ACQUIREs
+//!   that were never sent (skipped as stalled, or settled) are counted.
 //! - New connections per cycle is the `total_connections_received` delta.
 //!   Connections are made before the window (setup, warm-up), so the steady
 //!   state is what is measured.
@@ -433,11 +433,11 @@ impl NodeStats {
     }
 
     /// Commands a client sent (not ones a script ran), and their server time.
-    fn client_commands(&self, set_in_lua: bool) -> (u64, u64) {
+    fn client_commands(&self) -> (u64, u64) {
         let mut calls = 0;
         let mut usec = 0;
         for (name, c) in &self.calls {
-            if LUA_ONLY.contains(&name.as_str()) || (set_in_lua && name == "set") {
+            if LUA_ONLY.contains(&name.as_str()) {
                 continue;
             }
             calls += c;
@@ -576,16 +576,12 @@ impl Row {
         self.samples.cycles().max(1) as f64
     }
 
-    fn set_in_lua(&self) -> bool {
-        self.kind.is_redfence()
-    }
-
     fn per_node_cmds(&self) -> Vec<Option<f64>> {
         self.stats
             .iter()
             .map(|s| {
                 s.as_ref()
-                    .map(|s| s.client_commands(self.set_in_lua()).0 as f64 / self.cycles())
+                    .map(|s| s.client_commands().0 as f64 / self.cycles())
             })
             .collect()
     }
@@ -598,7 +594,7 @@ impl Row {
         self.stats
             .iter()
             .flatten()
-            .all(|s| s.client_commands(self.set_in_lua()).0 == 2 * self.samples.cycles())
+            .all(|s| s.client_commands().0 == 2 * self.samples.cycles())
     }
 
     /// Share of (node, attempt) pairs whose ACQUIRE never reached the node,
@@ -618,7 +614,7 @@ impl Row {
             .stats
             .iter()
             .flatten()
-            .map(|s| s.client_commands(self.set_in_lua()).1)
+            .map(|s| s.client_commands().1)
             .sum();
         usec as f64 / self.cycles()
     }
@@ -927,8 +923,8 @@ impl Bench {
                 "the client did not reconnect to the restarted node within 10 s"
             );
         }
-        // A little more, so the ACQUIRE script is re-cached there as well
-        // (an attempt's ACQUIRE to a node is occasionally never sent).
+        // A little more, so the restarted node is in steady state (its
+        // release script re-cached) before the next measured slice.
         self.rt.block_on(async {
             drive(
                 subject,

@@ -29,19 +29,13 @@ const BUYERS_PER_INSTANCE: u32 = 250;
 /// One purchase holds the lock for a few milliseconds; the TTL only matters
 /// if an instance dies holding it.
 const LOCK_TTL: Duration = Duration::from_secs(2);
-/// Waiting buyers poll: every retry is an attempt on all five nodes. With
-/// the default pause (50 ms + up to 100 ms) 500 buyers make some 5000
-/// attempts a second; attempts that overlap split the nodes' votes so that
-/// none of them wins, and their releases and retries add load that makes
-/// overlaps longer (Redlock's livelock under contention). In a debug build
-/// on a busy machine that sold nothing in 30 s. Pauses sized for 500
-/// waiters (600 ms on average, some 800 attempts a second) keep the lock
-/// busy with winners instead. The deadline is generous because the last
-/// buyer waits for nearly the whole sale.
-const BUYER_RETRY: Retry = Retry::new()
-    .with_delay(Duration::from_millis(200))
-    .with_jitter(Duration::from_millis(800))
-    .with_max_wait(Duration::from_secs(60));
+/// Waiting buyers retry with the default jittered pauses, whose random
+/// window doubles after every failed attempt (100 ms up to 1 s): 500 buyers
+/// retrying at a fixed short pause would split the nodes' votes so often
+/// that nobody wins (Redlock's livelock under contention); the growing
+/// window spreads them out. The deadline is generous because the last buyer
+/// waits for nearly the whole sale.
+const BUYER_RETRY: Retry = Retry::new().with_max_wait(Duration::from_secs(60));
 
 fn main() -> ExitCode {
     common::run(flash_sale)

@@ -34,8 +34,8 @@
 //!
 //! ## The algorithm
 //!
-//! An attempt draws a fresh unguessable value, sends a `SET key value NX PX
-//! ttl` (inside a Lua script) to **all N nodes at once**, and decides at the
+//! An attempt draws a fresh unguessable value, sends `SET key value NX PX
+//! ttl` to **all N nodes at once**, and decides at the
 //! first certain outcome: granted when ⌊N/2⌋ + 1 nodes said yes, failed when
 //! that became impossible. Every node call is bounded by a per-node timeout,
 //! so a dead or paused node costs the caller nothing when a majority answers

@@ -40,6 +40,19 @@ fn no_nodes() {
 }
 
 #[test]
+fn more_than_64_nodes() {
+    let urls: Vec<String> = (0..65)
+        .map(|i| format!("redis://127.0.0.1:{}", 10_000 + i))
+        .collect();
+    let refs: Vec<&str> = urls.iter().map(String::as_str).collect();
+    let e = config_error(&refs);
+    assert!(matches!(e, ConfigError::TooManyNodes(65)), "{e:?}");
+    assert_message_style(&e.to_string());
+    // 64 is fine.
+    assert!(redfence::Client::new(&urls[..64]).is_ok());
+}
+
+#[test]
 fn unparsable_url_is_reported_with_the_password_redacted() {
     let e = config_error(&["redis://127.0.0.1:7001", "redis://:secret@[bad"]);
     let ConfigError::InvalidUrl { index, url, .. } = &e else {

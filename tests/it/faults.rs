@@ -559,3 +559,40 @@ async fn long_pause_under_load_leaves_no_keys() {
         "{sets} SETs reached the paused node in {cycles} cycles"
     );
 }
+
+/// The settling rule: a request still waiting for its connection when the
+/// majority decided is not sent afterwards (it could otherwise land after
+/// our own release). Node 2 is paused while the client first connects, so
+/// its handshake hangs; it is resumed after the decision, the handshake
+/// completes, and the SET must still not be sent.
+#[tokio::test]
+async fn straggler_connecting_at_the_decision_never_sends() {
+    let mut cluster = Cluster::start(3);
+    let client = Client::builder(cluster.urls())
+        .node_timeout(ms(300))
+        .connect_timeout(secs(5))
+        .build()
+        .unwrap();
+    cluster.node(2).pause();
+    let guard = client.acquire("settled", secs(30)).await.unwrap();
+    cluster.node(2).resume();
+    // The handshake now completes; give the straggler every chance to send.
+    assert!(
+        eventually(secs(3), || cluster.nodes[2]
+            .cli(&["CLIENT", "LIST"])
+            .lines()
+            .count()
+            >= 2)
+        .await,
+        "the client never connected to node 2"
+    );
+    tokio::time::sleep(ms(300)).await;
+    let stats = cluster.nodes[2].cli(&["INFO", "commandstats"]);
+    assert!(
+        !stats.contains("cmdstat_set:"),
+        "a SET reached node 2 after the decision:\n{stats}"
+    );
+    assert_eq!(cluster.count_keys(LOCK_KEYS)[2], 0);
+    guard.release().await;
+    assert!(eventually(secs(3), || cluster.count_keys(LOCK_KEYS) == vec![0; 3]).await);
+}
