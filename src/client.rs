@@ -183,23 +183,16 @@ impl Client {
     /// One Redlock attempt: a fresh value, `SET NX PX` on all N nodes at
     /// once, decide at the first certain outcome, compute validity.
     pub(crate) async fn attempt(&self, target: &Target) -> Result<Grant, QuorumFailure> {
-        let config = &self.inner.config;
-        let nodes = &self.inner.nodes;
         let mut held = Held {
             key: target.key.clone(),
             value: lock_value(&self.inner.id),
-            sent: all_nodes(nodes.len()),
+            sent: all_nodes(self.nodes()),
             expires_at: Instant::now() + target.ttl.duration(),
         };
         // Armed until the attempt succeeds: a failed attempt, or this future
-        // being dropped mid-flight, releases everywhere in the background.
+        // being dropped mid-flight, releases in the background wherever the
+        // SET may have gone.
         let mut cleanup = ReleaseOnDrop::new(self, &held);
-        let budget = node_budget(
-            config.node_timeout,
-            target.ttl,
-            target.drift,
-            config.min_validity,
-        );
         // A plain SET: a Lua script would cost the server ~5× the CPU of the
         // command it wraps, for nothing the grant needs.
         let mut set = redis::cmd("SET");
@@ -209,55 +202,19 @@ impl Client {
             .arg("PX")
             .arg(target.ttl.millis());
         let set = Arc::new(set);
-        // The clock starts before the first request is sent: elapsed then
-        // over-approximates every key's age, which keeps validity safe.
-        let start = Instant::now();
-        let mut fan = FanOut::start(nodes, held.sent, start + budget, |node, settled| {
-            let set = Arc::clone(&set);
-            async move { parse_set(node.run_command(&set, &settled).await?) }
-        });
-        let decision = fan.decide(Result::is_ok, start + budget).await;
-        let elapsed = start.elapsed();
-        let tally = fan.tally();
-        let failures = fan.failures();
-        held.sent = fan.maybe_sent();
+        let round = self
+            .round(Phase::Acquire, target, |node, settled| {
+                let set = Arc::clone(&set);
+                async move { parse_set(node.run_command(&set, &settled).await?) }
+            })
+            .await;
+        held.sent = round.sent;
         cleanup.update(&held);
-        // Stragglers finish in the background: what they queued before the
-        // decision is sent (so the lock lands on every healthy node) and is
-        // ordered before any release on each connection; the rest give up.
-        fan.finish_in_background();
-        let reason = match decision {
-            Decision::Reached => {
-                match validity(target.ttl, elapsed, target.drift, config.min_validity) {
-                    Some(_) => {
-                        cleanup.disarm();
-                        return Ok(Grant {
-                            valid_until: start + target.ttl.duration() - target.drift,
-                            held,
-                        });
-                    }
-                    None => FailureReason::ValidityExhausted,
-                }
-            }
-            _ => classify_failure(
-                tally.nodes(),
-                tally.quorum(),
-                &failures,
-                |k| matches!(k, NodeErrorKind::HeldByOther { .. }),
-                FailureReason::Contended,
-            ),
-        };
-        drop(cleanup);
-        Err(QuorumFailure {
-            phase: Phase::Acquire,
-            resource: target.resource.to_string(),
-            reason,
-            granted: tally.yes(),
-            quorum: tally.quorum(),
-            nodes: tally.nodes(),
-            attempts: 1,
-            elapsed,
-            failures,
+        let start = round.outcome?;
+        cleanup.disarm();
+        Ok(Grant {
+            valid_until: start + target.ttl.duration() - target.drift,
+            held,
         })
     }
 
@@ -271,20 +228,9 @@ impl Client {
         ttl: Duration,
     ) -> Result<(Instant, Instant), Error> {
         let target = self.target(resource, ttl)?;
-        let config = &self.inner.config;
-        let budget = node_budget(
-            config.node_timeout,
-            target.ttl,
-            target.drift,
-            config.min_validity,
-        );
         let ttl_arg: Arc<str> = target.ttl.millis().to_string().into();
-        let start = Instant::now();
-        let mut fan = FanOut::start(
-            &self.inner.nodes,
-            all_nodes(self.nodes()),
-            start + budget,
-            |node, settled| {
+        let round = self
+            .round(Phase::Extend, &target, |node, settled| {
                 let (key, value, ttl_arg) = (held.key.clone(), held.value.clone(), ttl_arg.clone());
                 async move {
                     let args: [&[u8]; 2] = [value.as_bytes(), ttl_arg.as_bytes()];
@@ -293,36 +239,62 @@ impl Client {
                             .await?,
                     )
                 }
-            },
+            })
+            .await;
+        let start = round
+            .outcome
+            .map_err(|failure| Error::ExtendFailed(Box::new(failure)))?;
+        Ok((
+            start + target.ttl.duration() - target.drift,
+            start + target.ttl.duration(),
+        ))
+    }
+
+    /// One quorum round of acquire or extend on all N nodes: start the
+    /// clock, fan out with one deadline (the node budget), decide at the
+    /// first certain outcome, and check the validity left. On success the
+    /// outcome is the round's start, from which validity is computed.
+    async fn round<F, Fut>(&self, phase: Phase, target: &Target, op: F) -> Round
+    where
+        F: Fn(Arc<Node>, Settled) -> Fut,
+        Fut: Future<Output = Result<(), NodeErrorKind>> + Send + 'static,
+    {
+        let config = &self.inner.config;
+        let budget = node_budget(
+            config.node_timeout,
+            target.ttl,
+            target.drift,
+            config.min_validity,
         );
+        // The clock starts before the first request is sent: elapsed then
+        // over-approximates every key's age, which keeps validity safe.
+        let start = Instant::now();
+        let nodes = &self.inner.nodes;
+        let mut fan = FanOut::start(nodes, all_nodes(nodes.len()), start + budget, op);
         let decision = fan.decide(Result::is_ok, start + budget).await;
         let elapsed = start.elapsed();
-        let tally = fan.tally();
-        let failures = fan.failures();
+        let (tally, failures, sent) = (fan.tally(), fan.failures(), fan.maybe_sent());
+        // Stragglers finish in the background: what they queued before the
+        // decision is sent (so the lock lands on every healthy node) and is
+        // ordered before any release on each connection; the rest give up.
         fan.finish_in_background();
         let reason = match decision {
             Decision::Reached => {
                 match validity(target.ttl, elapsed, target.drift, config.min_validity) {
                     Some(_) => {
-                        return Ok((
-                            start + target.ttl.duration() - target.drift,
-                            start + target.ttl.duration(),
-                        ))
+                        return Round {
+                            outcome: Ok(start),
+                            sent,
+                        }
                     }
                     None => FailureReason::ValidityExhausted,
                 }
             }
-            _ => classify_failure(
-                tally.nodes(),
-                tally.quorum(),
-                &failures,
-                |k| matches!(k, NodeErrorKind::NotHeld),
-                FailureReason::NotHeld,
-            ),
+            _ => classify_failure(phase, tally.nodes(), tally.quorum(), &failures),
         };
-        Err(Error::ExtendFailed(Box::new(QuorumFailure {
-            phase: Phase::Extend,
-            resource: resource.to_owned(),
+        let failure = QuorumFailure {
+            phase,
+            resource: target.resource.to_string(),
             reason,
             granted: tally.yes(),
             quorum: tally.quorum(),
@@ -330,7 +302,11 @@ impl Client {
             attempts: 1,
             elapsed,
             failures,
-        })))
+        };
+        Round {
+            outcome: Err(failure),
+            sent,
+        }
     }
 
     /// Compare-and-delete on the nodes the lock may have reached. Returns
@@ -403,6 +379,13 @@ pub(crate) struct Held {
     pub(crate) expires_at: Instant,
 }
 
+/// The result of [`Client::round`]: its start on success, and the nodes the
+/// requests may have reached either way.
+struct Round {
+    outcome: Result<Instant, QuorumFailure>,
+    sent: NodeSet,
+}
+
 /// Sends a release everywhere when dropped while armed.
 struct ReleaseOnDrop<'a> {
     client: &'a Client,
@@ -436,16 +419,25 @@ impl Drop for ReleaseOnDrop<'_> {
     }
 }
 
-/// Names the failure: `specific` when the `is_specific` answers alone make a
-/// majority impossible (another owner has it, or it is gone), otherwise
-/// the failing nodes are to blame.
+/// Names a failed round: `Contended` (acquire) or `NotHeld` (extend) when
+/// those answers alone make a majority impossible (another owner has it, or
+/// it is gone), otherwise the failing nodes are to blame.
 fn classify_failure(
+    phase: Phase,
     nodes: usize,
     quorum: usize,
     failures: &[NodeFailure],
-    is_specific: impl Fn(&NodeErrorKind) -> bool,
-    specific: FailureReason,
 ) -> FailureReason {
+    let (is_specific, specific): (fn(&NodeErrorKind) -> bool, _) = match phase {
+        Phase::Acquire => (
+            |k| matches!(k, NodeErrorKind::HeldByOther { .. }),
+            FailureReason::Contended,
+        ),
+        Phase::Extend => (
+            |k| matches!(k, NodeErrorKind::NotHeld),
+            FailureReason::NotHeld,
+        ),
+    };
     let count = failures.iter().filter(|f| is_specific(&f.kind)).count();
     if count > nodes - quorum {
         specific
@@ -524,14 +516,19 @@ mod tests {
     fn failure_classification() {
         let held = || failure(NodeErrorKind::HeldByOther { expires_in: None });
         let timeout = || failure(NodeErrorKind::Timeout(Duration::from_millis(5)));
-        let is_held = |k: &NodeErrorKind| matches!(k, NodeErrorKind::HeldByOther { .. });
         // 5 nodes, quorum 3: two holds are not enough to blame contention.
-        let c = |f: &[NodeFailure]| classify_failure(5, 3, f, is_held, FailureReason::Contended);
+        let c = |f: &[NodeFailure]| classify_failure(Phase::Acquire, 5, 3, f);
         assert_eq!(c(&[held(), held(), held()]), FailureReason::Contended);
         assert_eq!(c(&[held(), held(), timeout()]), FailureReason::Unavailable);
         assert_eq!(
             c(&[timeout(), timeout(), timeout()]),
             FailureReason::Unavailable
         );
+        // Extend: "not held" answers, not holds, decide it.
+        let gone = || failure(NodeErrorKind::NotHeld);
+        let e = |f: &[NodeFailure]| classify_failure(Phase::Extend, 3, 2, f);
+        assert_eq!(e(&[gone(), gone()]), FailureReason::NotHeld);
+        assert_eq!(e(&[held(), held()]), FailureReason::Unavailable);
+        assert_eq!(e(&[gone(), timeout()]), FailureReason::Unavailable);
     }
 }
