@@ -172,11 +172,21 @@ impl Client {
                 TtlProblem::TooLong => "must be at most MAX_TTL (365 days)",
             },
         })?;
+        let drift = self.inner.config.drift_factor.drift(checked);
+        // A TTL that drift alone (or drift plus the minimum validity) uses
+        // up can never be granted: say so now instead of failing every
+        // attempt until the deadline.
+        if checked.duration().saturating_sub(drift) <= self.inner.config.min_validity {
+            return Err(Error::InvalidTtl {
+                ttl,
+                reason: "leaves no validity above min_validity once clock drift is deducted",
+            });
+        }
         Ok(Target {
             resource: resource.into(),
             key: lock_key(&self.inner.config.key_prefix, resource),
             ttl: checked,
-            drift: self.inner.config.drift_factor.drift(checked),
+            drift,
         })
     }
 

@@ -158,8 +158,10 @@ pub enum NodeErrorKind {
         #[source]
         last: Box<NodeErrorKind>,
     },
-    /// The outcome was already decided when the connection to this node
-    /// became available, so the command was not sent.
+    /// Internal: a request that gave up because the outcome was decided
+    /// before its connection was ready. Never part of a returned error
+    /// (answers after the decision are not reported).
+    #[doc(hidden)]
     #[error("not sent: decided before the node was connected")]
     Abandoned,
     /// The node timed out recently and has not answered since, so commands
@@ -245,8 +247,15 @@ impl fmt::Display for NodeFailure {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}: {}", self.addr, self.kind)?;
         let mut source = std::error::Error::source(&self.kind);
+        let mut last = String::new();
         while let Some(s) = source {
-            write!(f, ": {s}")?;
+            // redis-rs errors print their I/O cause and also return it as
+            // their source: show each text once.
+            let text = s.to_string();
+            if !last.contains(&text) {
+                write!(f, ": {text}")?;
+            }
+            last = text;
             source = s.source();
         }
         Ok(())

@@ -574,3 +574,100 @@ async fn failure_messages_name_the_nodes() {
         assert!(!f.addr.contains("redis://"), "{f}");
     }
 }
+
+/// A TTL that clock drift plus `min_validity` use up entirely is refused
+/// before any I/O.
+#[tokio::test]
+async fn ttl_without_room_for_validity_is_invalid() {
+    let client = Client::builder([NOWHERE])
+        .min_validity(secs(20))
+        .build()
+        .unwrap();
+    let err = client.acquire("too-short", secs(10)).await.unwrap_err();
+    assert!(matches!(err, Error::InvalidTtl { .. }), "{err}");
+    assert_message_style(&err.to_string());
+    // 2 ms is all drift (TTL × 0.01 + 2 ms > 2 ms), even with no minimum.
+    let plain = Client::new([NOWHERE]).unwrap();
+    let err = plain
+        .try_acquire("tiny", Duration::from_millis(2))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::InvalidTtl { .. }), "{err}");
+}
+
+/// A majority that grants later than `TTL − drift − min_validity` yields no
+/// lock: `ValidityExhausted`, and the keys are released. With 0.1 ms of
+/// useful window (TTL 3 ms, drift 2 ms, minimum 0.9 ms) and the 1 ms floor
+/// of the node budget, a loopback grant lands in that gap; attempts whose
+/// answers miss the floor fail as unavailable instead. None may succeed.
+#[tokio::test]
+async fn grant_too_late_for_the_minimum_validity_is_not_granted() {
+    let cluster = Cluster::start(3);
+    let client = Client::builder(cluster.urls())
+        .drift_factor(0.0)
+        .min_validity(Duration::from_micros(900))
+        .build()
+        .unwrap();
+    // Connect first, so the attempts below measure round trips only.
+    for node in &cluster.nodes {
+        assert_eq!(node.cli(&["PING"]), "PONG");
+    }
+    let _ = client.try_acquire("warm", secs(5)).await;
+    let mut exhausted = 0;
+    for i in 0..50 {
+        let err = client
+            .lock(format!("late-{i}"), Duration::from_millis(3))
+            .retry(Retry::once())
+            .acquire()
+            .await
+            .expect_err("granted with less validity than the minimum");
+        let q = err.quorum_failure().unwrap();
+        match q.reason {
+            FailureReason::ValidityExhausted => {
+                assert!(q.granted >= q.quorum, "{err}");
+                exhausted += 1;
+            }
+            FailureReason::Unavailable => assert!(err.is_timeout(), "{err}"),
+            other => panic!("unexpected {other:?}: {err}"),
+        }
+    }
+    assert!(
+        exhausted > 0,
+        "no attempt got its grants inside the 1 ms budget"
+    );
+}
+
+/// A node that refuses the write (out of memory under `noeviction`) is a
+/// failed vote with Redis's error; a majority of them fails the acquire.
+#[tokio::test]
+async fn redis_error_replies_are_reported() {
+    let cluster = Cluster::start(3);
+    for node in &cluster.nodes[..2] {
+        assert_eq!(node.cli(&["CONFIG", "SET", "maxmemory", "1"]), "OK");
+    }
+    let client = Client::new(cluster.urls()).unwrap();
+    let err = client
+        .lock("oom", secs(10))
+        .retry(Retry::once())
+        .acquire()
+        .await
+        .unwrap_err();
+    let redis_errors: Vec<_> = err
+        .node_failures()
+        .iter()
+        .filter(|f| matches!(f.kind, NodeErrorKind::Redis(_)))
+        .collect();
+    assert_eq!(redis_errors.len(), 2, "{err}");
+    assert!(err.to_string().contains("OOM"), "{err}");
+    assert!(err.is_unavailable(), "{err}");
+    for node in &cluster.nodes[..2] {
+        assert_eq!(node.cli(&["CONFIG", "SET", "maxmemory", "0"]), "OK");
+    }
+    // Healthy again: the lock works.
+    client
+        .acquire("oom", secs(10))
+        .await
+        .unwrap()
+        .release()
+        .await;
+}
