@@ -42,8 +42,10 @@
 //! first. The lock is valid for `TTL − elapsed − drift` (drift = TTL ×
 //! factor + 2 ms), measured on the monotonic clock from before the first
 //! request; a lock with no validity left is not granted. A failed attempt
-//! releases on every node and, for a waiting acquire, retries after a
-//! jittered pause until a deadline. Release and extend are compare-and-delete
+//! releases wherever its `SET` may have landed and, for a waiting acquire,
+//! retries after a jittered pause until a deadline. A node that stopped
+//! answering is skipped (one probe per node timeout) instead of collecting
+//! a backlog. Release and extend are compare-and-delete
 //! and compare-and-pexpire scripts, so only the owner's value is touched.
 //!
 //! ## What it assumes
