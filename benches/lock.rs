@@ -830,14 +830,7 @@ impl Bench {
         let mut row = self.new_row(kind, concurrency);
         self.warm(&reference);
         let half = self.measure / 2;
-        let s = self.slice(
-            reference.kind,
-            concurrency,
-            &reference.tag,
-            half,
-            Fault::None,
-        );
-        reference.absorb(s);
+        self.reference_half(&mut reference, concurrency, half);
         let s = self.slice(kind, concurrency, &row.tag, self.measure, fault);
         row.absorb(s);
         row.keys = self.count_keys(kind, &row.tag);
@@ -845,6 +838,15 @@ impl Bench {
             self.cluster.node(FAULT_NODE).restart();
             self.wait_for_all_nodes();
         }
+        self.reference_half(&mut reference, concurrency, half);
+        reference.keys = self.count_keys(reference.kind, &reference.tag);
+        self.progress(&reference);
+        self.progress(&row);
+        [reference, row]
+    }
+
+    /// One healthy half of a fault row's bracketing reference.
+    fn reference_half(&mut self, reference: &mut Row, concurrency: usize, half: Duration) {
         let s = self.slice(
             reference.kind,
             concurrency,
@@ -853,10 +855,6 @@ impl Bench {
             Fault::None,
         );
         reference.absorb(s);
-        reference.keys = self.count_keys(reference.kind, &reference.tag);
-        self.progress(&reference);
-        self.progress(&row);
-        [reference, row]
     }
 
     fn subject(&self, kind: Kind) -> Arc<Subject> {
