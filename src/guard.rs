@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use crate::client::{Client, Grant, Held, Released, Target};
 use crate::error::Error;
+use tracing::Instrument;
 
 /// Shared between a guard and the lease views it hands out. The deadline
 /// and expiry move when an extend succeeds; a std Mutex, because it is only
@@ -156,15 +157,20 @@ impl LockGuard {
     /// deleted and the previous validity still stands: the lock expires on
     /// its old schedule unless a later extend succeeds.
     pub async fn extend(&self, ttl: Duration) -> Result<Duration, Error> {
+        let span = tracing::debug_span!("extend", resource = %self.resource(), ?ttl);
         let (valid_until, expires_at) = self
             .client
             .extend(self.resource(), &self.lease.held(), ttl)
-            .await?;
+            .instrument(span.clone())
+            .await
+            .inspect_err(|e| span.in_scope(|| tracing::debug!(error = %e, "extend failed")))?;
         // The new deadline replaces the old one even when it is earlier: a
         // shorter `ttl` shortened the keys on the nodes that answered, so the
         // old deadline is no longer backed by a majority.
         self.lease.extended(valid_until, expires_at);
-        Ok(self.validity())
+        let validity = self.validity();
+        span.in_scope(|| tracing::debug!(?validity, "extended"));
+        Ok(validity)
     }
 
     /// Releases the lock on every node (compare-and-delete, so a lock that
@@ -174,7 +180,21 @@ impl LockGuard {
     /// [`Released::pending`].
     pub async fn release(mut self) -> Released {
         self.released = true;
-        self.client.release(&self.lease.held()).await
+        let span = tracing::debug_span!("release", resource = %self.resource());
+        let released = self
+            .client
+            .release(&self.lease.held())
+            .instrument(span.clone())
+            .await;
+        span.in_scope(|| {
+            tracing::debug!(
+                confirmed = released.confirmed,
+                nodes = released.nodes,
+                pending = released.pending,
+                "released"
+            )
+        });
+        released
     }
 }
 
