@@ -13,12 +13,14 @@ use tracing::Instrument;
 use crate::config::{Builder, Config};
 use crate::error::{Error, FailureReason, NodeErrorKind, NodeFailure, Phase, QuorumFailure};
 use crate::fanout::{all_nodes, FanOut, NodeSet, Settled};
+use crate::fence::{merge, FencingToken, MAX_EXACT};
 use crate::guard::{Lease, LockGuard};
 use crate::node::Node;
-use crate::quorum::{quorum, Decision};
+use crate::quorum::{quorum, Decision, Tally};
 use crate::request::LockRequest;
-use crate::resource::{lock_key, lock_value, validate};
-use crate::scripts::{EXTEND, RELEASE};
+use crate::resource::{fence_key, lock_key, lock_value, validate};
+use crate::scripts::{ACQUIRE_FENCED, EXTEND, RELEASE, WRITE_BACK};
+use crate::stats::{Counters, Event, Stats};
 use crate::validity::{node_budget, validity, Ttl, TtlProblem};
 
 /// A handle to a set of independent Redis masters. Cheap to clone (one
@@ -35,6 +37,7 @@ struct Inner {
     /// Identifies this client in lock values (`{id}:{secret}`), so keys seen
     /// in Redis can be traced back to a process.
     id: uuid::Uuid,
+    counters: Counters,
 }
 
 impl fmt::Debug for Client {
@@ -68,6 +71,7 @@ pub struct Released {
 pub(crate) struct Grant {
     pub(crate) held: Held,
     pub(crate) valid_until: Instant,
+    pub(crate) token: Option<FencingToken>,
 }
 
 /// A validated lock request.
@@ -77,6 +81,8 @@ pub(crate) struct Target {
     pub(crate) key: Arc<str>,
     pub(crate) ttl: Ttl,
     pub(crate) drift: Duration,
+    /// The fence key and its retention (≥ TTL), when fencing is on.
+    pub(crate) fence: Option<(Arc<str>, Arc<str>)>,
 }
 
 impl Client {
@@ -107,6 +113,7 @@ impl Client {
                 nodes,
                 config,
                 id: uuid::Uuid::new_v4(),
+                counters: Counters::default(),
             }),
         }
     }
@@ -119,6 +126,18 @@ impl Client {
     /// Votes needed for a lock: ⌊N/2⌋ + 1.
     pub fn quorum(&self) -> usize {
         quorum(self.inner.nodes.len())
+    }
+
+    /// Whether acquisitions hand out fencing tokens; see
+    /// [`Builder::fencing`].
+    pub fn fencing(&self) -> bool {
+        self.inner.config.fencing.is_some()
+    }
+
+    /// This client's counters (shared by its clones): attempts, grants, and
+    /// how often a token had to be written back.
+    pub fn stats(&self) -> Stats {
+        self.inner.counters.snapshot()
     }
 
     /// Starts a lock request on `resource` with lease `ttl`, to configure
@@ -182,11 +201,19 @@ impl Client {
                 reason: "leaves no validity above min_validity once clock drift is deducted",
             });
         }
+        let prefix = &self.inner.config.key_prefix;
+        // The fence must outlive every lock on it; the retention is the
+        // longer of the two.
+        let fence = self.inner.config.fencing.map(|retention| {
+            let keep = retention.max(checked.duration()).as_millis().max(1);
+            (fence_key(prefix, resource), keep.to_string().into())
+        });
         Ok(Target {
             resource: resource.into(),
-            key: lock_key(&self.inner.config.key_prefix, resource),
+            key: lock_key(prefix, resource),
             ttl: checked,
             drift,
+            fence,
         })
     }
 
@@ -203,29 +230,173 @@ impl Client {
         // being dropped mid-flight, releases in the background wherever the
         // SET may have gone.
         let mut cleanup = ReleaseOnDrop::new(self, &held);
-        // A plain SET: a Lua script would cost the server ~5× the CPU of the
-        // command it wraps, for nothing the grant needs.
-        let mut set = redis::cmd("SET");
-        set.arg(&*held.key)
-            .arg(&*held.value)
-            .arg("NX")
-            .arg("PX")
-            .arg(target.ttl.millis());
-        let set = Arc::new(set);
-        let round = self
-            .round(Phase::Acquire, target, |node, settled| {
-                let set = Arc::clone(&set);
-                async move { parse_set(node.run_command(&set, &settled).await?) }
-            })
-            .await;
+        self.inner.counters.count(Event::Attempt);
+        let round = match &target.fence {
+            // Without fencing, a plain SET: a Lua script costs the server
+            // ~5× the CPU of the command it wraps.
+            None => {
+                let mut set = redis::cmd("SET");
+                set.arg(&*held.key)
+                    .arg(&*held.value)
+                    .arg("NX")
+                    .arg("PX")
+                    .arg(target.ttl.millis());
+                let set = Arc::new(set);
+                self.round(Phase::Acquire, target, |node, settled| {
+                    let set = Arc::clone(&set);
+                    async move { parse_set(node.run_command(&set, &settled).await?).map(|()| 0) }
+                })
+                .await
+            }
+            // With fencing, the same SET NX inside a script that also moves
+            // the fence: still one round trip.
+            Some((fence_key, retention)) => {
+                let ttl_arg: Arc<str> = target.ttl.millis().to_string().into();
+                self.round(Phase::Acquire, target, |node, settled| {
+                    let (key, value, fence_key, ttl_arg, retention) = (
+                        held.key.clone(),
+                        held.value.clone(),
+                        fence_key.clone(),
+                        ttl_arg.clone(),
+                        retention.clone(),
+                    );
+                    async move {
+                        let args: [&[u8]; 3] =
+                            [value.as_bytes(), ttl_arg.as_bytes(), retention.as_bytes()];
+                        parse_fence(
+                            node.run_script(
+                                &ACQUIRE_FENCED,
+                                &[&key, &fence_key],
+                                &args,
+                                &settled,
+                                false,
+                            )
+                            .await?,
+                        )
+                    }
+                })
+                .await
+            }
+        };
         held.sent = round.sent;
         cleanup.update(&held);
         let start = round.outcome?;
+        let token = match &target.fence {
+            None => None,
+            Some(_) => Some(
+                self.settle_token(target, &held, start, &round.values)
+                    .await?,
+            ),
+        };
         cleanup.disarm();
+        self.inner.counters.count(Event::Acquired);
         Ok(Grant {
             valid_until: start + target.ttl.duration() - target.drift,
             held,
+            token,
         })
+    }
+
+    /// Turns the fences the granting nodes reported into the token to hand
+    /// out: their maximum, written back first to the granting nodes that
+    /// reported less when fewer than a quorum reported it (DESIGN.md,
+    /// "Fencing tokens", has the proof). The write-back runs within the
+    /// attempt's validity, and the validity is checked again after it.
+    async fn settle_token(
+        &self,
+        target: &Target,
+        held: &Held,
+        start: Instant,
+        fences: &[(usize, u64)],
+    ) -> Result<FencingToken, QuorumFailure> {
+        let config = &self.inner.config;
+        let nodes = &self.inner.nodes;
+        let values: Vec<u64> = fences.iter().map(|&(_, f)| f).collect();
+        let quorum = quorum(nodes.len());
+        let Some(merged) = merge(&values) else {
+            // A granted round has grants; never reached.
+            return Err(self.failure(
+                Phase::WriteBack,
+                target,
+                FailureReason::Unavailable,
+                Tally::new(nodes.len()),
+                start.elapsed(),
+                Vec::new(),
+            ));
+        };
+        let token = FencingToken::new(merged.token);
+        if !merged.needs_write_back(quorum) {
+            return Ok(token);
+        }
+        self.inner.counters.count(Event::WriteBack);
+        let (mut credited, mut targets): (NodeSet, NodeSet) = (0, 0);
+        for &(i, f) in fences {
+            if f == merged.token {
+                credited |= 1 << i;
+            } else {
+                targets |= 1 << i;
+            }
+        }
+        // Past this instant a stored token could not make a valid lock.
+        let useful_end = start + target.ttl.duration() - target.drift - config.min_validity;
+        let deadline = (Instant::now() + config.node_timeout).min(useful_end);
+        let (fence_key, retention) = target.fence.clone().unwrap_or_default();
+        let token_arg: Arc<str> = merged.token.to_string().into();
+        let mut fan =
+            FanOut::start_credited(nodes, targets, credited, deadline, |node, settled| {
+                let (key, value, fence_key, token_arg, retention) = (
+                    held.key.clone(),
+                    held.value.clone(),
+                    fence_key.clone(),
+                    token_arg.clone(),
+                    retention.clone(),
+                );
+                async move {
+                    let args: [&[u8]; 3] =
+                        [value.as_bytes(), token_arg.as_bytes(), retention.as_bytes()];
+                    parse_flag(
+                        node.run_script(&WRITE_BACK, &[&key, &fence_key], &args, &settled, false)
+                            .await?,
+                    )
+                }
+            });
+        let decision = fan.decide(Result::is_ok, deadline).await;
+        let elapsed = start.elapsed();
+        let (tally, failures) = (fan.tally(), fan.failures());
+        fan.finish_in_background();
+        let reason = match decision {
+            Decision::Reached => {
+                match validity(target.ttl, elapsed, target.drift, config.min_validity) {
+                    Some(_) => return Ok(token),
+                    None => FailureReason::ValidityExhausted,
+                }
+            }
+            _ => classify_failure(Phase::WriteBack, tally.nodes(), tally.quorum(), &failures),
+        };
+        self.inner.counters.count(Event::WriteBackFailed);
+        Err(self.failure(Phase::WriteBack, target, reason, tally, elapsed, failures))
+    }
+
+    fn failure(
+        &self,
+        phase: Phase,
+        target: &Target,
+        reason: FailureReason,
+        tally: Tally,
+        elapsed: Duration,
+        failures: Vec<NodeFailure>,
+    ) -> QuorumFailure {
+        QuorumFailure {
+            phase,
+            resource: target.resource.to_string(),
+            reason,
+            granted: tally.yes(),
+            quorum: tally.quorum(),
+            nodes: tally.nodes(),
+            attempts: 1,
+            elapsed,
+            failures,
+        }
     }
 
     /// Resets the TTL on a majority of all N nodes; validity is recomputed
@@ -245,7 +416,7 @@ impl Client {
                 async move {
                     let args: [&[u8]; 2] = [value.as_bytes(), ttl_arg.as_bytes()];
                     parse_flag(
-                        node.run_script(&EXTEND, &key, &args, &settled, false)
+                        node.run_script(&EXTEND, &[&key], &args, &settled, false)
                             .await?,
                     )
                 }
@@ -264,10 +435,11 @@ impl Client {
     /// clock, fan out with one deadline (the node budget), decide at the
     /// first certain outcome, and check the validity left. On success the
     /// outcome is the round's start, from which validity is computed.
-    async fn round<F, Fut>(&self, phase: Phase, target: &Target, op: F) -> Round
+    async fn round<T, F, Fut>(&self, phase: Phase, target: &Target, op: F) -> Round<T>
     where
+        T: Clone + Default + Send + 'static,
         F: Fn(Arc<Node>, Settled) -> Fut,
-        Fut: Future<Output = Result<(), NodeErrorKind>> + Send + 'static,
+        Fut: Future<Output = Result<T, NodeErrorKind>> + Send + 'static,
     {
         let config = &self.inner.config;
         let budget = node_budget(
@@ -284,6 +456,7 @@ impl Client {
         let decision = fan.decide(Result::is_ok, start + budget).await;
         let elapsed = start.elapsed();
         let (tally, failures, sent) = (fan.tally(), fan.failures(), fan.maybe_sent());
+        let values = fan.values();
         // Stragglers finish in the background: what they queued before the
         // decision is sent (so the lock lands on every healthy node) and is
         // ordered before any release on each connection; the rest give up.
@@ -295,6 +468,7 @@ impl Client {
                         return Round {
                             outcome: Ok(start),
                             sent,
+                            values,
                         }
                     }
                     None => FailureReason::ValidityExhausted,
@@ -302,20 +476,10 @@ impl Client {
             }
             _ => classify_failure(phase, tally.nodes(), tally.quorum(), &failures),
         };
-        let failure = QuorumFailure {
-            phase,
-            resource: target.resource.to_string(),
-            reason,
-            granted: tally.yes(),
-            quorum: tally.quorum(),
-            nodes: tally.nodes(),
-            attempts: 1,
-            elapsed,
-            failures,
-        };
         Round {
-            outcome: Err(failure),
+            outcome: Err(self.failure(phase, target, reason, tally, elapsed, failures)),
             sent,
+            values,
         }
     }
 
@@ -356,7 +520,7 @@ impl Client {
             async move {
                 let args: [&[u8]; 1] = [value.as_bytes()];
                 parse_flag(
-                    node.run_script(&RELEASE, &key, &args, &Settled::NEVER, true)
+                    node.run_script(&RELEASE, &[&key], &args, &Settled::NEVER, true)
                         .await?,
                 )
             }
@@ -389,11 +553,13 @@ pub(crate) struct Held {
     pub(crate) expires_at: Instant,
 }
 
-/// The result of [`Client::round`]: its start on success, and the nodes the
-/// requests may have reached either way.
-struct Round {
+/// The result of [`Client::round`]: its start on success, the nodes the
+/// requests may have reached either way, and the values of the nodes that
+/// said yes before the decision.
+struct Round<T> {
     outcome: Result<Instant, QuorumFailure>,
     sent: NodeSet,
+    values: Vec<(usize, T)>,
 }
 
 /// Sends a release everywhere when dropped while armed.
@@ -443,7 +609,7 @@ fn classify_failure(
             |k| matches!(k, NodeErrorKind::HeldByOther { .. }),
             FailureReason::Contended,
         ),
-        Phase::Extend => (
+        Phase::Extend | Phase::WriteBack => (
             |k| matches!(k, NodeErrorKind::NotHeld),
             FailureReason::NotHeld,
         ),
@@ -461,6 +627,20 @@ fn parse_set(reply: Value) -> Result<(), NodeErrorKind> {
     match reply {
         Value::Okay => Ok(()),
         Value::SimpleString(ref s) if s == "OK" => Ok(()),
+        Value::Nil => Err(NodeErrorKind::HeldByOther { expires_in: None }),
+        other => Err(unexpected(other)),
+    }
+}
+
+/// The fenced acquire: the node's new fence, or nil when held by another
+/// owner. A fence a script cannot compute exactly (≥ 2^53) is an error,
+/// never a token.
+fn parse_fence(reply: Value) -> Result<u64, NodeErrorKind> {
+    match reply {
+        Value::Int(f) => match u64::try_from(f) {
+            Ok(f) if f < MAX_EXACT => Ok(f),
+            _ => Err(unexpected(Value::Int(f))),
+        },
         Value::Nil => Err(NodeErrorKind::HeldByOther { expires_in: None }),
         other => Err(unexpected(other)),
     }

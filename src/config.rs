@@ -30,7 +30,12 @@ pub struct Builder {
     min_validity: Duration,
     key_prefix: String,
     retry: Retry,
+    fencing: bool,
+    fence_retention: Duration,
 }
+
+/// The default of [`Builder::fence_retention`]: one day.
+pub const DEFAULT_FENCE_RETENTION: Duration = Duration::from_secs(24 * 3600);
 
 /// The validated settings a client runs with.
 #[derive(Debug, Clone)]
@@ -40,6 +45,8 @@ pub(crate) struct Config {
     pub(crate) min_validity: Duration,
     pub(crate) key_prefix: String,
     pub(crate) retry: Retry,
+    /// `Some(retention)` when acquisitions hand out fencing tokens.
+    pub(crate) fencing: Option<Duration>,
 }
 
 impl Builder {
@@ -57,6 +64,8 @@ impl Builder {
             min_validity: Duration::ZERO,
             key_prefix: DEFAULT_PREFIX.to_owned(),
             retry: Retry::new(),
+            fencing: true,
+            fence_retention: DEFAULT_FENCE_RETENTION,
         }
     }
 
@@ -117,6 +126,32 @@ impl Builder {
         self
     }
 
+    /// Whether acquisitions hand out fencing tokens
+    /// ([`LockGuard::token`](crate::LockGuard::token)). With fencing the
+    /// acquire is a script that also moves the resource's fence, in the same
+    /// single round trip (a few microseconds of server CPU more than a plain
+    /// `SET NX`; rarely a second round, see DESIGN.md). Without it the
+    /// acquire is a plain `SET NX PX` and `token()` is `None`. Clients that
+    /// lock the same resources should agree on this setting: a client without
+    /// fencing does not move the fence, so its acquisitions are invisible to
+    /// the token order. Defaults to `true`.
+    pub fn fencing(mut self, enabled: bool) -> Self {
+        self.fencing = enabled;
+        self
+    }
+
+    /// How long a resource's fence (one small key per resource and node,
+    /// `{prefix}fence:{resource}`) is kept after the resource was last
+    /// acquired; it is what makes each token larger than the last. Never
+    /// shorter than the lock's TTL. After it expires on a node, that node
+    /// reseeds the fence from its clock in microseconds, which is above any
+    /// earlier token as long as the node's clock is not behind by more than
+    /// the retention (DESIGN.md, "Fence state"). Defaults to 24 hours.
+    pub fn fence_retention(mut self, retention: Duration) -> Self {
+        self.fence_retention = retention;
+        self
+    }
+
     /// Validates the settings and builds the client. Does not connect.
     pub fn build(self) -> Result<Client, ConfigError> {
         if self.urls.is_empty() {
@@ -131,6 +166,7 @@ impl Builder {
             (self.node_timeout, "node timeout"),
             (self.connect_timeout, "connect timeout"),
             (self.reconnect_backoff_max, "reconnect backoff"),
+            (self.fence_retention, "fence retention"),
         ] {
             if value.is_zero() {
                 return Err(ConfigError::ZeroDuration(name));
@@ -172,6 +208,7 @@ impl Builder {
             min_validity: self.min_validity,
             key_prefix: self.key_prefix,
             retry: self.retry,
+            fencing: self.fencing.then_some(self.fence_retention),
         };
         Ok(Client::from_parts(nodes, config))
     }

@@ -66,6 +66,9 @@ pub enum Phase {
     Acquire,
     /// Extending a held lock.
     Extend,
+    /// Writing the chosen fencing token back to granting nodes that
+    /// reported a lower fence, before the guard is handed out.
+    WriteBack,
 }
 
 impl fmt::Display for Phase {
@@ -73,6 +76,7 @@ impl fmt::Display for Phase {
         f.write_str(match self {
             Phase::Acquire => "acquire",
             Phase::Extend => "extend",
+            Phase::WriteBack => "token write-back",
         })
     }
 }

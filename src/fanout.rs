@@ -81,7 +81,7 @@ pub(crate) struct FanOut<T> {
     deadline: Instant,
 }
 
-impl<T: Send + 'static> FanOut<T> {
+impl<T: Send + Default + 'static> FanOut<T> {
     /// Starts `op` on every node in `targets`; the others count as a `no`
     /// vote with [`NodeErrorKind::Skipped`] (a release of a lock whose acquire
     /// never reached them). `op` gets an owned node handle so the futures are
@@ -98,6 +98,23 @@ impl<T: Send + 'static> FanOut<T> {
         F: Fn(Arc<Node>, Settled) -> Fut,
         Fut: std::future::Future<Output = Result<T, NodeErrorKind>> + Send + 'static,
     {
+        Self::start_credited(nodes, targets, 0, deadline, op)
+    }
+
+    /// As [`start`](Self::start), but the nodes in `credited` (disjoint from
+    /// `targets`) already count as `yes` without being asked: the token
+    /// write-back, where nodes that reported the token already store it.
+    pub(crate) fn start_credited<F, Fut>(
+        nodes: &[Arc<Node>],
+        targets: NodeSet,
+        credited: NodeSet,
+        deadline: Instant,
+        op: F,
+    ) -> Self
+    where
+        F: Fn(Arc<Node>, Settled) -> Fut,
+        Fut: std::future::Future<Output = Result<T, NodeErrorKind>> + Send + 'static,
+    {
         let started = Instant::now();
         let settled = Settled::new();
         let mut tally = Tally::new(nodes.len());
@@ -106,8 +123,13 @@ impl<T: Send + 'static> FanOut<T> {
         let pending = FuturesUnordered::new();
         for (i, node) in nodes.iter().enumerate() {
             if targets & (1 << i) == 0 {
-                answers[i] = Some(Err(NodeErrorKind::Skipped));
-                tally.record(false);
+                let yes = credited & (1 << i) != 0;
+                answers[i] = Some(if yes {
+                    Ok(T::default())
+                } else {
+                    Err(NodeErrorKind::Skipped)
+                });
+                tally.record(yes);
                 continue;
             }
             let fut = op(Arc::clone(node), settled.clone());
@@ -193,6 +215,21 @@ impl<T: Send + 'static> FanOut<T> {
             .enumerate()
             .filter(|(_, answer)| !matches!(answer, Some(Err(kind)) if !kind.may_have_been_sent()))
             .fold(0, |set, (i, _)| set | (1 << i))
+    }
+
+    /// Every node that answered with a value so far, with its index.
+    pub(crate) fn values(&self) -> Vec<(usize, T)>
+    where
+        T: Clone,
+    {
+        self.answers
+            .iter()
+            .enumerate()
+            .filter_map(|(i, answer)| match answer {
+                Some(Ok(value)) => Some((i, value.clone())),
+                _ => None,
+            })
+            .collect()
     }
 
     /// Every answered node that failed, in node order.

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use crate::client::{Client, Grant, Held, Released, Target};
 use crate::error::Error;
+use crate::fence::FencingToken;
 use tracing::Instrument;
 
 /// Shared between a guard and the lease views it hands out. The deadline
@@ -14,6 +15,7 @@ use tracing::Instrument;
 /// read or written, never held across an await.
 struct LeaseState {
     resource: Arc<str>,
+    token: Option<FencingToken>,
     times: Mutex<Times>,
     held: Held,
 }
@@ -37,6 +39,7 @@ impl fmt::Debug for Lease {
         // The value is a secret (it authorises release): never printed.
         f.debug_struct("Lease")
             .field("resource", &self.resource())
+            .field("token", &self.token())
             .field("validity", &self.validity())
             .finish()
     }
@@ -47,6 +50,7 @@ impl Lease {
         Self {
             state: Arc::new(LeaseState {
                 resource: target.resource.clone(),
+                token: grant.token,
                 times: Mutex::new(Times {
                     valid_until: grant.valid_until,
                     expires_at: grant.held.expires_at,
@@ -59,6 +63,17 @@ impl Lease {
     /// The resource name, as given to acquire.
     pub fn resource(&self) -> &str {
         &self.state.resource
+    }
+
+    /// The fencing token of this acquisition: larger than the token of every
+    /// acquisition of this resource granted before this one began. Pass it
+    /// with each write to storage that checks it
+    /// ([`FencedStore`](crate::FencedStore), or the `postgres` feature's
+    /// store). `None` when the client was built with
+    /// [`fencing(false)`](crate::Builder::fencing). Extending keeps the
+    /// token.
+    pub fn token(&self) -> Option<FencingToken> {
+        self.state.token
     }
 
     /// The instant, on this process's monotonic clock, after which the lock
@@ -132,6 +147,11 @@ impl LockGuard {
     /// The resource name.
     pub fn resource(&self) -> &str {
         self.lease.resource()
+    }
+
+    /// The fencing token; see [`Lease::token`].
+    pub fn token(&self) -> Option<FencingToken> {
+        self.lease.token()
     }
 
     /// Time left before the lock must be assumed lost; see [`Lease::validity`].

@@ -81,6 +81,7 @@ mod client;
 mod config;
 mod error;
 mod fanout;
+mod fence;
 mod guard;
 mod node;
 mod quorum;
@@ -88,17 +89,25 @@ mod request;
 mod resource;
 mod retry;
 mod scripts;
+mod stats;
+mod store;
 mod validity;
 
+#[cfg(feature = "postgres")]
+pub mod postgres;
+
 pub use client::{Client, Released};
-pub use config::{Builder, MAX_NODES};
+pub use config::{Builder, DEFAULT_FENCE_RETENTION, MAX_NODES};
 pub use error::{
     ConfigError, Error, FailureReason, NodeErrorKind, NodeFailure, Phase, QuorumFailure,
 };
+pub use fence::FencingToken;
 pub use guard::{Lease, LockGuard};
 pub use request::LockRequest;
 pub use resource::{DEFAULT_PREFIX, MAX_PREFIX_LEN, MAX_RESOURCE_LEN};
 pub use retry::Retry;
+pub use stats::Stats;
+pub use store::{Fenced, FencedStore, StaleToken, StoreError, DEFAULT_STORE_TIMEOUT};
 pub use validity::{DRIFT_CONSTANT, MAX_TTL};
 
 #[cfg(test)]

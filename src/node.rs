@@ -196,14 +196,14 @@ impl Node {
     pub(crate) async fn run_script(
         &self,
         script: &Script,
-        key: &str,
+        keys: &[&str],
         args: &[&[u8]],
         settled: &Settled,
         through_stall: bool,
     ) -> Result<Value, NodeErrorKind> {
         let connected = self.ready(settled, through_stall).await?;
         let mut conn = connected.conn.clone();
-        let first = script.evalsha(key, args).query_async(&mut conn).await;
+        let first = script.evalsha(keys, args).query_async(&mut conn).await;
         let reply = match first {
             Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
                 // The node restarted (or flushed scripts) since we last used
@@ -211,7 +211,7 @@ impl Node {
                 if settled.is_set() {
                     return Err(NodeErrorKind::Abandoned);
                 }
-                script.eval(key, args).query_async(&mut conn).await
+                script.eval(keys, args).query_async(&mut conn).await
             }
             other => other,
         };

@@ -27,9 +27,18 @@ pub(crate) fn validate(resource: &str) -> Result<(), &'static str> {
 
 /// The Redis key of a resource's lock.
 pub(crate) fn lock_key(prefix: &str, resource: &str) -> Arc<str> {
-    let mut key = String::with_capacity(prefix.len() + 5 + resource.len());
+    key(prefix, "lock:", resource)
+}
+
+/// The key of a resource's fence: `{prefix}fence:{resource}`.
+pub(crate) fn fence_key(prefix: &str, resource: &str) -> Arc<str> {
+    key(prefix, "fence:", resource)
+}
+
+fn key(prefix: &str, kind: &str, resource: &str) -> Arc<str> {
+    let mut key = String::with_capacity(prefix.len() + kind.len() + resource.len());
     key.push_str(prefix);
-    key.push_str("lock:");
+    key.push_str(kind);
     key.push_str(resource);
     key.into()
 }

@@ -30,23 +30,47 @@ impl Script {
         Self { source, sha }
     }
 
-    /// `EVALSHA sha 1 key args…`
-    pub(crate) fn evalsha(&self, key: &str, args: &[&[u8]]) -> Cmd {
-        self.build("EVALSHA", &self.sha, key, args)
+    /// `EVALSHA sha numkeys keys… args…`
+    pub(crate) fn evalsha(&self, keys: &[&str], args: &[&[u8]]) -> Cmd {
+        self.build("EVALSHA", &self.sha, keys, args)
     }
 
-    /// `EVAL source 1 key args…`, the fallback after `NOSCRIPT`.
-    pub(crate) fn eval(&self, key: &str, args: &[&[u8]]) -> Cmd {
-        self.build("EVAL", self.source, key, args)
+    /// `EVAL source numkeys keys… args…`, the fallback after `NOSCRIPT`.
+    pub(crate) fn eval(&self, keys: &[&str], args: &[&[u8]]) -> Cmd {
+        self.build("EVAL", self.source, keys, args)
     }
 
-    fn build(&self, verb: &str, body: &str, key: &str, args: &[&[u8]]) -> Cmd {
+    fn build(&self, verb: &str, body: &str, keys: &[&str], args: &[&[u8]]) -> Cmd {
         let mut cmd = redis::cmd(verb);
-        cmd.arg(body).arg(1).arg(key);
+        cmd.arg(body).arg(keys.len());
+        for k in keys {
+            cmd.arg(*k);
+        }
         for a in args {
             cmd.arg(*a);
         }
         cmd
+    }
+
+    /// Runs the script on any connection: `EVALSHA`, then `EVAL` after
+    /// `NOSCRIPT`. For connections the caller owns (the fenced store); the
+    /// lock's own nodes go through `Node::run_script`, which also checks the
+    /// settled flag between the two.
+    pub(crate) async fn invoke<C>(
+        &self,
+        conn: &mut C,
+        keys: &[&str],
+        args: &[&[u8]],
+    ) -> redis::RedisResult<redis::Value>
+    where
+        C: redis::aio::ConnectionLike + Send,
+    {
+        match self.evalsha(keys, args).query_async(conn).await {
+            Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
+                self.eval(keys, args).query_async(conn).await
+            }
+            other => other,
+        }
     }
 }
 
@@ -77,13 +101,96 @@ return 0
     )
 });
 
+/// The fenced acquire: `SET NX PX` and, only if it took the key, the
+/// resource's fence moves to `fence + 1` (seeded from the node's clock in
+/// microseconds when the resource has no fence yet, or it expired) and keeps
+/// for the retention. Returns the new fence, or nil when another owner holds
+/// the key (the same reply as a refused `SET NX`).
+///
+/// KEYS: lock key, fence key. ARGV: value, TTL ms, retention ms.
+/// Arithmetic is in Lua doubles, exact below 2^53: a clock seed is about
+/// 1.8 × 10^15, 2^53 is 9 × 10^15.
+pub(crate) static ACQUIRE_FENCED: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r#"
+if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  return false
+end
+local f = redis.call('GET', KEYS[2])
+if f then
+  f = tonumber(f) + 1
+else
+  local t = redis.call('TIME')
+  f = tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+redis.call('SET', KEYS[2], string.format('%d', f), 'PX', ARGV[3])
+return f
+"#,
+    )
+});
+
+/// The write-back: raises the fence to the token chosen by the client,
+/// only while the lock key still holds our value (so a token is never
+/// stored by an attempt that lost the key to someone else, which keeps
+/// tokens unique even when leases overlap). Returns 1 when the fence is now
+/// ≥ the token, 0 when the key is gone or someone else's.
+///
+/// KEYS: lock key, fence key. ARGV: value, token, retention ms.
+pub(crate) static WRITE_BACK: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r#"
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+  return 0
+end
+local f = tonumber(redis.call('GET', KEYS[2]) or '0')
+if tonumber(ARGV[2]) > f then
+  redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[3])
+end
+return 1
+"#,
+    )
+});
+
+/// The fenced store's write: store the value only if the token is at least
+/// the largest the key has accepted. Tokens are compared as decimal strings
+/// (length, then bytes), which is exact for every u64. Returns 1 when
+/// written, `{0, current}` when refused.
+///
+/// KEYS: the store key (a hash of `value` and `fence`). ARGV: value, token.
+pub(crate) static FENCED_WRITE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r#"
+local cur = redis.call('HGET', KEYS[1], 'fence')
+if cur and (#cur > #ARGV[2] or (#cur == #ARGV[2] and cur > ARGV[2])) then
+  return {0, cur}
+end
+redis.call('HSET', KEYS[1], 'value', ARGV[1], 'fence', ARGV[2])
+return 1
+"#,
+    )
+});
+
+/// The fenced store's read: `{value, fence}`, or nil for a key never
+/// written.
+pub(crate) static FENCED_READ: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r#"
+local v = redis.call('HMGET', KEYS[1], 'value', 'fence')
+if not v[2] then
+  return false
+end
+return {v[1], v[2]}
+"#,
+    )
+});
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn commands_put_keys_in_keys() {
-        let cmd = RELEASE.evalsha("k", &[b"v"]);
+        let cmd = RELEASE.evalsha(&["k"], &[b"v"]);
         let args: Vec<Vec<u8>> = cmd
             .args_iter()
             .map(|a| match a {
@@ -98,7 +205,7 @@ mod tests {
         assert_eq!(args[4], b"v");
         assert_eq!(RELEASE.sha.len(), 40);
         let eval: Vec<_> = RELEASE
-            .eval("k", &[])
+            .eval(&["k"], &[])
             .args_iter()
             .count()
             .to_string()

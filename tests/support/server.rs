@@ -261,6 +261,21 @@ impl RedisServer {
     /// Rendering: strings as-is, integers in decimal, nil as `(nil)`, arrays
     /// flattened and joined by `\n`, errors as `(error) ERR ...`. Panics if
     /// the server does not answer within 5 s (e.g. it is paused).
+    /// Keys matching `pattern`; see [`Cluster::count_keys`] for the
+    /// special values.
+    pub fn count_keys(&self, pattern: &str) -> usize {
+        if !self.is_running() {
+            return 0;
+        }
+        if self.paused {
+            return usize::MAX;
+        }
+        match self.query(&["KEYS", pattern], CLI_TIMEOUT) {
+            Ok(Reply::Array(Some(keys))) => keys.len(),
+            _ => usize::MAX,
+        }
+    }
+
     pub fn cli(&self, args: &[&str]) -> String {
         match self.query(args, CLI_TIMEOUT) {
             Ok(reply) => render(&reply),
@@ -467,21 +482,7 @@ impl Cluster {
     /// resume paused nodes before counting. Paused nodes are reported
     /// without asking, because asking would always cost the full timeout.
     pub fn count_keys(&self, pattern: &str) -> Vec<usize> {
-        self.nodes
-            .iter()
-            .map(|node| {
-                if !node.is_running() {
-                    return 0;
-                }
-                if node.paused {
-                    return usize::MAX;
-                }
-                match node.query(&["KEYS", pattern], CLI_TIMEOUT) {
-                    Ok(Reply::Array(Some(keys))) => keys.len(),
-                    _ => usize::MAX,
-                }
-            })
-            .collect()
+        self.nodes.iter().map(|node| node.count_keys(pattern)).collect()
     }
 }
 

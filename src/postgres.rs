@@ -1,0 +1,2 @@
+//! PostgreSQL fenced writes (feature `postgres`). Placeholder: filled in with
+//! the adapter.
