@@ -252,17 +252,23 @@ impl Client {
             // the fence: still one round trip.
             Some((fence_key, retention)) => {
                 let ttl_arg: Arc<str> = target.ttl.millis().to_string().into();
+                let seed: Arc<str> = fence_seed().to_string().into();
                 self.round(Phase::Acquire, target, |node, settled| {
-                    let (key, value, fence_key, ttl_arg, retention) = (
+                    let (key, value, fence_key, ttl_arg, retention, seed) = (
                         held.key.clone(),
                         held.value.clone(),
                         fence_key.clone(),
                         ttl_arg.clone(),
                         retention.clone(),
+                        seed.clone(),
                     );
                     async move {
-                        let args: [&[u8]; 3] =
-                            [value.as_bytes(), ttl_arg.as_bytes(), retention.as_bytes()];
+                        let args: [&[u8]; 4] = [
+                            value.as_bytes(),
+                            ttl_arg.as_bytes(),
+                            retention.as_bytes(),
+                            seed.as_bytes(),
+                        ];
                         parse_fence(
                             node.run_script(
                                 &ACQUIRE_FENCED,
@@ -604,6 +610,21 @@ fn classify_failure(
     quorum: usize,
     failures: &[NodeFailure],
 ) -> FailureReason {
+    if phase == Phase::WriteBack {
+        // Only the granting nodes that lacked the token were asked (the
+        // others are `Skipped`): the lock was lost if they all said so.
+        let mut asked = failures
+            .iter()
+            .filter(|f| !matches!(f.kind, NodeErrorKind::Skipped))
+            .peekable();
+        let lost =
+            asked.peek().is_some() && asked.all(|f| matches!(f.kind, NodeErrorKind::NotHeld));
+        return if lost {
+            FailureReason::NotHeld
+        } else {
+            FailureReason::Unavailable
+        };
+    }
     let (is_specific, specific): (fn(&NodeErrorKind) -> bool, _) = match phase {
         Phase::Acquire => (
             |k| matches!(k, NodeErrorKind::HeldByOther { .. }),
@@ -630,6 +651,20 @@ fn parse_set(reply: Value) -> Result<(), NodeErrorKind> {
         Value::Nil => Err(NodeErrorKind::HeldByOther { expires_in: None }),
         other => Err(unexpected(other)),
     }
+}
+
+/// The first fence of a resource (and the one after its fence state
+/// expired): this machine's wall clock in microseconds since the Unix
+/// epoch. The only use of the wall clock in the crate, and not a timing
+/// decision: it only makes a fresh fence start above the tokens of fences
+/// that expired, because no resource is acquired a million times a second
+/// (DESIGN.md, "Fence state"). Safety within the retention does not depend
+/// on it. A clock before 1970 seeds 1.
+fn fence_seed() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(1, |d| u64::try_from(d.as_micros()).unwrap_or(MAX_EXACT / 2))
+        .clamp(1, MAX_EXACT / 2)
 }
 
 /// The fenced acquire: the node's new fence, or nil when held by another

@@ -102,12 +102,14 @@ return 0
 });
 
 /// The fenced acquire: `SET NX PX` and, only if it took the key, the
-/// resource's fence moves to `fence + 1` (seeded from the node's clock in
-/// microseconds when the resource has no fence yet, or it expired) and keeps
-/// for the retention. Returns the new fence, or nil when another owner holds
-/// the key (the same reply as a refused `SET NX`).
+/// resource's fence moves to `fence + 1` and keeps for the retention. A
+/// resource with no fence yet (or whose fence expired) is seeded with the
+/// client's proposal, its wall clock in microseconds: the same number on
+/// every node of the attempt, so the nodes start level. Returns the new
+/// fence, or nil when another owner holds the key (the same reply as a
+/// refused `SET NX`).
 ///
-/// KEYS: lock key, fence key. ARGV: value, TTL ms, retention ms.
+/// KEYS: lock key, fence key. ARGV: value, TTL ms, retention ms, seed.
 /// Arithmetic is in Lua doubles, exact below 2^53: a clock seed is about
 /// 1.8 × 10^15, 2^53 is 9 × 10^15.
 pub(crate) static ACQUIRE_FENCED: LazyLock<Script> = LazyLock::new(|| {
@@ -120,8 +122,7 @@ local f = redis.call('GET', KEYS[2])
 if f then
   f = tonumber(f) + 1
 else
-  local t = redis.call('TIME')
-  f = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  f = tonumber(ARGV[4])
 end
 redis.call('SET', KEYS[2], string.format('%d', f), 'PX', ARGV[3])
 return f

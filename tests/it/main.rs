@@ -9,5 +9,6 @@ mod cancellation;
 mod contention;
 mod errors;
 mod faults;
+mod fencing;
 mod helpers;
 mod modes;

@@ -482,7 +482,10 @@ impl Cluster {
     /// resume paused nodes before counting. Paused nodes are reported
     /// without asking, because asking would always cost the full timeout.
     pub fn count_keys(&self, pattern: &str) -> Vec<usize> {
-        self.nodes.iter().map(|node| node.count_keys(pattern)).collect()
+        self.nodes
+            .iter()
+            .map(|node| node.count_keys(pattern))
+            .collect()
     }
 }
 

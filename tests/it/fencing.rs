@@ -1,0 +1,462 @@
+//! Fencing tokens against real nodes: strictly increasing across holders
+//! (also across a node killed and restarted with its data, and under
+//! contention), Kleppmann's paused-holder scenario and a node whose lock
+//! key vanished early (two holders at once), both rejected by the fenced
+//! store; the write-back round; fence state that expires; fencing off.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use redfence::{
+    Client, FailureReason, FencedStore, FencingToken, NodeErrorKind, Phase, Retry, StoreError,
+};
+
+use crate::helpers::{eventually, lock_key, ms, pttl, secs, warm_client, LOCK_KEYS};
+use crate::support::{Cluster, RedisServer, ServerOptions};
+
+const FENCE_KEYS: &str = "redfence:fence:*";
+
+fn fence_key(resource: &str) -> String {
+    format!("{}fence:{resource}", redfence::DEFAULT_PREFIX)
+}
+
+async fn store_on(server: &RedisServer) -> FencedStore<redis::aio::MultiplexedConnection> {
+    let conn = redis::Client::open(server.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    FencedStore::new(conn).timeout(secs(2))
+}
+
+fn token(guard: &redfence::LockGuard) -> u64 {
+    guard.token().expect("fencing is on by default").get()
+}
+
+/// Sequential holders, from two clients, get tokens that go up by exactly
+/// one when every node saw every acquisition; the first is seeded from the
+/// node clock (microseconds, so above 10^15).
+#[tokio::test]
+async fn tokens_increase_across_holders_on_1_3_and_5_nodes() {
+    for n in [1, 3, 5] {
+        let cluster = Cluster::start(n);
+        let a = warm_client(&cluster).await;
+        let b = warm_client(&cluster).await;
+        // The warm-up's first lock may have landed on a bare majority (its
+        // own resource); count from here.
+        let before = a.stats().write_backs + b.stats().write_backs;
+        let mut last = 0;
+        for i in 0..10 {
+            let client = if i % 2 == 0 { &a } else { &b };
+            let guard = client.acquire("seq", secs(5)).await.unwrap();
+            let t = token(&guard);
+            assert!(
+                t > 1_000_000_000_000_000,
+                "n={n}: seeded from the clock: {t}"
+            );
+            assert!(t < 1 << 53, "n={n}: {t}");
+            if last != 0 {
+                assert!(t > last, "n={n}: token {t} after {last}");
+            }
+            last = t;
+            // Extending keeps the token.
+            guard.extend(secs(5)).await.unwrap();
+            assert_eq!(token(&guard), t);
+            guard.release().await;
+            // Wait for the release on every node, so the next acquire is
+            // granted everywhere and the fences stay equal.
+            assert!(eventually(secs(2), || cluster.count_keys(LOCK_KEYS) == vec![0; n]).await);
+        }
+        let write_backs = a.stats().write_backs + b.stats().write_backs - before;
+        assert_eq!(write_backs, 0, "n={n}: every node saw every acquisition");
+        // Every node stores the last token.
+        let stored: Vec<String> = cluster
+            .nodes
+            .iter()
+            .map(|s| s.cli(&["GET", &fence_key("seq")]))
+            .collect();
+        assert!(
+            stored.iter().all(|f| *f == last.to_string()),
+            "{stored:?} vs {last}"
+        );
+    }
+}
+
+/// Kleppmann's scenario: holder 1 stalls past its validity without
+/// extending, holder 2 acquires with a larger token and writes, holder 1
+/// wakes and writes with its old token: the fenced store refuses, and the
+/// stored value is holder 2's.
+#[tokio::test]
+async fn paused_holder_is_fenced_off() {
+    let cluster = Cluster::start(3);
+    let storage = RedisServer::start();
+    let store = store_on(&storage).await;
+    let one = warm_client(&cluster).await;
+    let two = warm_client(&cluster).await;
+
+    let g1 = one.acquire("kleppmann", ms(300)).await.unwrap();
+    let t1 = g1.token().unwrap();
+    // The "GC pause": no extend, the lease runs out.
+    tokio::time::sleep(ms(400)).await;
+    assert!(!g1.lease().is_valid());
+
+    let g2 = two.acquire("kleppmann", secs(10)).await.unwrap();
+    let t2 = g2.token().unwrap();
+    assert!(t2 > t1, "{t2} after {t1}");
+    store.write("membership:42", b"from-2", t2).await.unwrap();
+
+    let err = store
+        .write("membership:42", b"from-1", t1)
+        .await
+        .unwrap_err();
+    let stale = err.stale().unwrap_or_else(|| panic!("{err}"));
+    assert_eq!((stale.presented, stale.current), (t1, t2));
+    assert_eq!(stale.key, "membership:42");
+    let stored = store.read("membership:42").await.unwrap().unwrap();
+    assert_eq!(
+        (stored.value.as_slice(), stored.token),
+        (&b"from-2"[..], t2)
+    );
+    // The same holder may write again with its token.
+    store
+        .write("membership:42", b"from-2 again", t2)
+        .await
+        .unwrap();
+    g2.release().await;
+    drop(g1);
+}
+
+/// A node whose lock key vanishes early (a clock jump there) lets a second
+/// client take a lock the first still believes valid: mutual exclusion is
+/// broken, by construction. The second holder's token is still larger
+/// (here only thanks to the write-back: the node that joins its quorum
+/// missed the first acquisition), so fencing still refuses the stale writer.
+#[tokio::test]
+async fn early_expiry_on_one_node_breaks_exclusion_but_not_fencing() {
+    let cluster = Cluster::start(3);
+    let storage = RedisServer::start();
+    let store = store_on(&storage).await;
+    let one = warm_client(&cluster).await;
+    let two = warm_client(&cluster).await;
+    let resource = "jump";
+
+    // Every node has a fence for the resource, all equal.
+    one.acquire(resource, secs(5))
+        .await
+        .unwrap()
+        .release()
+        .await;
+    assert!(eventually(secs(2), || cluster.count_keys(LOCK_KEYS) == vec![0; 3]).await);
+
+    // Holder 1 is granted by nodes 0 and 1; node 2 is held by a stranger
+    // and misses the acquisition (its fence stays one behind).
+    let key = lock_key(resource);
+    cluster.nodes[2].cli(&["SET", &key, "stranger"]);
+    let g1 = one.try_acquire(resource, secs(30)).await.unwrap().unwrap();
+    let t1 = g1.token().unwrap();
+    cluster.nodes[2].cli(&["DEL", &key]);
+
+    // The clock jump on node 1: its copy of holder 1's key is gone.
+    cluster.nodes[1].cli(&["DEL", &lock_key(resource)]);
+
+    // Holder 2 gets nodes 1 and 2 while holder 1 is still valid.
+    let before = two.stats();
+    let g2 = two.try_acquire(resource, secs(30)).await.unwrap().unwrap();
+    assert!(
+        g1.lease().is_valid() && g2.lease().is_valid(),
+        "two holders at once"
+    );
+    let t2 = g2.token().unwrap();
+    assert!(t2 > t1, "{t2} after {t1}");
+    let after = two.stats();
+    assert_eq!(after.write_backs - before.write_backs, 1, "{after:?}");
+    // Node 2's fence was raised to the token by the write-back.
+    let fence2: u64 = cluster.nodes[2]
+        .cli(&["GET", &fence_key(resource)])
+        .parse()
+        .unwrap();
+    assert_eq!(fence2, t2.get());
+
+    store.write("order:7", b"from-2", t2).await.unwrap();
+    let err = store.write("order:7", b"from-1", t1).await.unwrap_err();
+    assert!(err.is_stale(), "{err}");
+    let stored = store.read("order:7").await.unwrap().unwrap();
+    assert_eq!(stored.value, b"from-2");
+    g2.release().await;
+    g1.release().await;
+}
+
+/// The write-back is ownership-checked: when the lock key has vanished on
+/// the node the token must be written to, the attempt fails in the
+/// write-back phase with `NotHeld`, releases, and hands nothing out.
+/// Provoked with a loop deleting the lock key on that node as fast as it
+/// can, so the key is usually gone between the two rounds; the test only
+/// needs it to happen once in 200 attempts.
+#[tokio::test]
+async fn write_back_to_a_node_that_lost_the_key_fails() {
+    let cluster = Cluster::start(3);
+    let client = warm_client(&cluster).await;
+    let resource = "wb";
+    let key = lock_key(resource);
+    // Seed the fences, then put node 0 far ahead so every grant that
+    // includes node 2 needs a write-back to it.
+    client
+        .acquire(resource, secs(5))
+        .await
+        .unwrap()
+        .release()
+        .await;
+    assert!(eventually(secs(2), || cluster.count_keys(LOCK_KEYS) == vec![0; 3]).await);
+    let ahead = cluster.nodes[2]
+        .cli(&["GET", &fence_key(resource)])
+        .parse::<u64>()
+        .unwrap()
+        + 1000;
+    cluster.nodes[0].cli(&["SET", &fence_key(resource), &ahead.to_string()]);
+    // Node 1 is held by someone else: the quorum must be nodes 0 and 2.
+    cluster.nodes[1].cli(&["SET", &key, "someone-else"]);
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let deleter = {
+        let (stop, url, key) = (Arc::clone(&stop), cluster.nodes[2].url(), key.clone());
+        std::thread::spawn(move || {
+            let mut conn = redis::Client::open(url).unwrap().get_connection().unwrap();
+            while !stop.load(Ordering::Relaxed) {
+                let _: redis::RedisResult<i64> = redis::cmd("DEL").arg(&key).query(&mut conn);
+            }
+        })
+    };
+    let mut seen = None;
+    for _ in 0..200 {
+        match client.try_acquire(resource, secs(5)).await {
+            Ok(Some(guard)) => {
+                // Granted when the key survived: the token is the one
+                // written back.
+                assert!(token(&guard) >= ahead + 1);
+                guard.release().await;
+            }
+            Ok(None) => {}
+            Err(err) => {
+                let q = err.quorum_failure().unwrap_or_else(|| panic!("{err}"));
+                if q.phase == Phase::WriteBack {
+                    seen = Some(err);
+                    break;
+                }
+            }
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    deleter.join().unwrap();
+    let err = seen.expect("the write-back never found the key gone in 200 attempts");
+    let q = err.quorum_failure().unwrap();
+    assert_eq!(q.reason, FailureReason::NotHeld, "{err}");
+    assert!(
+        q.failures
+            .iter()
+            .any(|f| f.index == 2 && matches!(f.kind, NodeErrorKind::NotHeld)),
+        "{err}"
+    );
+    assert!(err.to_string().contains("token write-back"), "{err}");
+    assert!(client.stats().write_backs_failed >= 1);
+    // The failed attempt released node 0.
+    assert!(eventually(secs(2), || cluster.nodes[0].count_keys(LOCK_KEYS) == 0).await);
+}
+
+/// Many tasks, many rounds, one resource, with a node killed and restarted
+/// (with its data: AOF, fsync always) mid-run: the tokens, recorded inside
+/// the critical sections (so in grant order), strictly increase, and every
+/// fenced write is accepted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokens_strictly_increase_under_contention_and_restart() {
+    for n in [3, 5] {
+        let mut cluster = Cluster::start_with(n, |_| ServerOptions {
+            appendonly: true,
+            appendfsync_always: true,
+            ..ServerOptions::default()
+        });
+        let storage = RedisServer::start();
+        let store = store_on(&storage).await;
+        let client = warm_client(&cluster).await;
+        let order: Arc<Mutex<Vec<u64>>> = Arc::default();
+        let tasks = 8;
+        let rounds = 25;
+        let run = |client: Client, order: Arc<Mutex<Vec<u64>>>, store: FencedStore<_>| async move {
+            for _ in 0..rounds {
+                let guard = client
+                    .lock("contended-tokens", secs(5))
+                    .retry(Retry::new().with_max_wait(secs(60)))
+                    .acquire()
+                    .await
+                    .unwrap();
+                let t = guard.token().unwrap();
+                order.lock().unwrap().push(t.get());
+                store.write("row", t.get().to_string(), t).await.unwrap();
+                guard.release().await;
+            }
+        };
+        let handles: Vec<_> = (0..tasks)
+            .map(|_| tokio::spawn(run(client.clone(), Arc::clone(&order), store.clone())))
+            .collect();
+        // Kill a node once a quarter of the grants happened, bring it back
+        // (same port, same data) at half.
+        let total = tasks * rounds;
+        assert!(wait_for(&order, total / 4, secs(60)).await);
+        cluster.node(n - 1).kill();
+        assert!(wait_for(&order, total / 2, secs(60)).await);
+        cluster.node(n - 1).restart();
+        for h in handles {
+            h.await.unwrap();
+        }
+        let order = order.lock().unwrap().clone();
+        assert_eq!(order.len(), total);
+        for pair in order.windows(2) {
+            assert!(
+                pair[1] > pair[0],
+                "n={n}: token {} after {}",
+                pair[1],
+                pair[0]
+            );
+        }
+        let stored = store.read("row").await.unwrap().unwrap();
+        assert_eq!(stored.token.get(), *order.last().unwrap());
+        eprintln!("n={n}: {} grants, {:?}", order.len(), client.stats());
+    }
+}
+
+async fn wait_for(order: &Mutex<Vec<u64>>, count: usize, within: Duration) -> bool {
+    eventually(within, || order.lock().unwrap().len() >= count).await
+}
+
+/// What fencing stores: one fence key per resource and node, kept for the
+/// retention (never shorter than the TTL), then gone; afterwards tokens are
+/// reseeded from the node clock and still increase.
+#[tokio::test]
+async fn fence_state_expires_after_the_retention_and_tokens_still_increase() {
+    let cluster = Cluster::start(3);
+    let client = Client::builder(cluster.urls())
+        .node_timeout(secs(1))
+        .fence_retention(ms(300))
+        .build()
+        .unwrap();
+    let guard = client.acquire("short", secs(5)).await.unwrap();
+    let t1 = token(&guard);
+    // Retention below the TTL is raised to the TTL.
+    let ttl = pttl(&cluster.nodes[0], &fence_key("short"));
+    assert!(ttl > 4000 && ttl <= 5000, "{ttl}");
+    guard.release().await;
+    let guard = client.acquire("short", ms(100)).await.unwrap();
+    let t2 = token(&guard);
+    assert!(t2 > t1);
+    let ttl = pttl(&cluster.nodes[0], &fence_key("short"));
+    assert!(ttl > 0 && ttl <= 300, "{ttl}");
+    guard.release().await;
+    // Nothing is left once the retention has passed.
+    assert!(
+        eventually(secs(3), || {
+            cluster.count_keys(FENCE_KEYS) == vec![0; 3]
+                && cluster.count_keys(LOCK_KEYS) == vec![0; 3]
+        })
+        .await,
+        "{:?}",
+        cluster.count_keys("*")
+    );
+    let started = Instant::now();
+    let guard = client.acquire("short", secs(5)).await.unwrap();
+    assert!(
+        token(&guard) > t2,
+        "reseeded from the clock: {} after {t2}",
+        token(&guard)
+    );
+    guard.release().await;
+    assert!(started.elapsed() < secs(5));
+}
+
+/// With fencing off, the acquire is a plain `SET NX`, no fence key is
+/// written, and the guard has no token.
+#[tokio::test]
+async fn fencing_off_has_no_token_and_no_fence_keys() {
+    let cluster = Cluster::start(3);
+    let client = Client::builder(cluster.urls())
+        .node_timeout(secs(1))
+        .fencing(false)
+        .build()
+        .unwrap();
+    assert!(!client.fencing());
+    let guard = client.acquire("plain", secs(5)).await.unwrap();
+    assert_eq!(guard.token(), None);
+    assert_eq!(cluster.count_keys(FENCE_KEYS), vec![0; 3]);
+    guard.release().await;
+    let evals: usize = cluster
+        .nodes
+        .iter()
+        .map(|s| {
+            s.cli(&["INFO", "commandstats"])
+                .matches("cmdstat_eval")
+                .count()
+        })
+        .sum();
+    // Only the release's script ran (EVAL or EVALSHA), no acquire script.
+    assert!(evals <= 3 * 2, "{evals}");
+    let sets: usize = cluster
+        .nodes
+        .iter()
+        .map(|s| {
+            s.cli(&["INFO", "commandstats"])
+                .matches("cmdstat_set:")
+                .count()
+        })
+        .sum();
+    assert!(sets >= 2, "the acquire was a plain SET on a majority");
+}
+
+/// Fences are exact up to 2^53 (Lua computes in doubles); a node whose
+/// fence would pass that is refused as an error reply, never turned into a
+/// wrong token.
+#[tokio::test]
+async fn fences_past_two_to_the_53_are_refused() {
+    let cluster = Cluster::start(1);
+    let client = warm_client(&cluster).await;
+    let limit: u64 = 1 << 53;
+    cluster.nodes[0].cli(&["SET", &fence_key("edge"), &(limit - 2).to_string()]);
+    let guard = client.acquire("edge", secs(5)).await.unwrap();
+    assert_eq!(token(&guard), limit - 1);
+    guard.release().await;
+    let err = client
+        .lock("edge", secs(5))
+        .retry(Retry::once())
+        .acquire()
+        .await
+        .unwrap_err();
+    let q = err.quorum_failure().unwrap();
+    assert!(
+        matches!(q.failures[0].kind, NodeErrorKind::Redis(_)),
+        "{err}"
+    );
+    assert!(eventually(secs(2), || cluster.count_keys(LOCK_KEYS) == vec![0]).await);
+}
+
+/// The fenced store's own errors: a timeout (the store server paused), and
+/// a token compared exactly at full u64 width.
+#[tokio::test]
+async fn fenced_store_errors() {
+    let mut storage = RedisServer::start();
+    let store = store_on(&storage).await.timeout(ms(200));
+    let big = FencingToken::new(u64::MAX);
+    let below = FencingToken::new(u64::MAX - 1);
+    store.write("wide", b"max", big).await.unwrap();
+    let err = store.write("wide", b"less", below).await.unwrap_err();
+    assert_eq!(err.stale().unwrap().current, big);
+    assert_eq!(store.read("never").await.unwrap(), None);
+    storage.pause();
+    let err = store.write("wide", b"x", big).await.unwrap_err();
+    assert!(
+        matches!(err, StoreError::Timeout(t) if t == ms(200)),
+        "{err}"
+    );
+    storage.resume();
+    // A key of the wrong type is a backend error, not a panic.
+    storage.cli(&["SET", "plain-string", "x"]);
+    let err = store.write("plain-string", b"v", big).await.unwrap_err();
+    assert!(matches!(err, StoreError::Backend(_)), "{err}");
+}
