@@ -3,8 +3,11 @@
 //! A distributed lock over N independent Redis masters (the Redlock
 //! algorithm) that survives the loss of a minority of them, with
 //! clock-drift-adjusted validity, bounded waits everywhere, and typed errors
-//! that say what each node answered. With one node it runs in single-node
-//! mode through the same API.
+//! that say what each node answered. Every guard carries a fencing token
+//! that is strictly larger for every later holder of the resource; storage
+//! that checks it ([`FencedStore`], or `postgres::PgFencedStore` with the
+//! `postgres` feature) rejects the writes of a holder whose lease ran out.
+//! With one node it runs in single-node mode through the same API.
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), redfence::Error> {
@@ -14,6 +17,7 @@
 //!     "redis://127.0.0.1:7001", "redis://127.0.0.1:7002", "redis://127.0.0.1:7003",
 //! ])?;
 //! let guard = client.acquire("invoice:42", Duration::from_secs(10)).await?;
+//! let token = guard.token(); // pass it with every write to fenced storage
 //! // ... work while guard.validity() > 0 ...
 //! guard.release().await;
 //! # Ok(()) }
@@ -35,7 +39,8 @@
 //! ## The algorithm
 //!
 //! An attempt draws a fresh unguessable value, sends `SET key value NX PX
-//! ttl` to **all N nodes at once**, and decides at the
+//! ttl` (inside a script that also moves the resource's fence, unless
+//! fencing is off) to **all N nodes at once**, and decides at the
 //! first certain outcome: granted when ⌊N/2⌋ + 1 nodes said yes, failed when
 //! that became impossible. Every node call is bounded by a per-node timeout,
 //! so a dead or paused node costs the caller nothing when a majority answers
@@ -56,8 +61,11 @@
 //! do not evict lock keys, and a node that restarts without its data stays
 //! out of quorums for at least one TTL. DESIGN.md lists each assumption and
 //! what breaks when it fails. Where they cannot be guaranteed (a GC pause can
-//! outlast any lease), the protection is a fencing token checked by the
-//! storage, which the roadmap adds on top of this core.
+//! outlast any lease), the protection is the fencing token checked by the
+//! storage: the largest fence among the granting nodes, written back to a
+//! majority when fewer held it, so by quorum intersection it exceeds every
+//! token handed out before the attempt began, whatever the clocks did
+//! (DESIGN.md, section 6, has the proof).
 //!
 //! ## Map
 //!
@@ -69,6 +77,10 @@
 //! - `node`: one connection per node, identity checks, per-call deadlines.
 //! - `fanout`: concurrent requests to all nodes with early decision.
 //! - `quorum`, `validity`: the pure arithmetic, tested exhaustively.
+//! - `fence`: [`FencingToken`] and the token merge (pure; model-checked).
+//! - `store`: [`FencedStore`] on Redis and the [`StoreError`] of every fenced store.
+//! - `postgres` (feature `postgres`): the PostgreSQL fenced store.
+//! - `stats`: [`Stats`], the client's counters.
 //! - `scripts`: the Lua scripts and EVALSHA with NOSCRIPT fallback.
 //! - `resource`: names, keys and lock values.
 //! - `error`: [`Error`] and the per-node detail.

@@ -298,13 +298,15 @@ async fn tokens_strictly_increase_under_contention_and_restart() {
         let handles: Vec<_> = (0..tasks)
             .map(|_| tokio::spawn(run(client.clone(), Arc::clone(&order), store.clone())))
             .collect();
-        // Kill a node once a quarter of the grants happened, bring it back
-        // (same port, same data) at half.
+        // Kill node 0 once a quarter of the grants happened, bring it back
+        // (same port, same data) at half. Node 0 usually answers first, so
+        // after the restart its fence, behind by the grants it missed, is
+        // in winning quorums and the write-back brings it level.
         let total = tasks * rounds;
         assert!(wait_for(&order, total / 4, secs(60)).await);
-        cluster.node(n - 1).kill();
+        cluster.node(0).kill();
         assert!(wait_for(&order, total / 2, secs(60)).await);
-        cluster.node(n - 1).restart();
+        cluster.node(0).restart();
         for h in handles {
             h.await.unwrap();
         }
