@@ -755,5 +755,44 @@ mod tests {
         assert_eq!(e(&[gone(), gone()]), FailureReason::NotHeld);
         assert_eq!(e(&[held(), held()]), FailureReason::Unavailable);
         assert_eq!(e(&[gone(), timeout()]), FailureReason::Unavailable);
+        // Write-back: only the nodes asked count; any other failure among
+        // them makes it an availability problem.
+        let skipped = || failure(NodeErrorKind::Skipped);
+        let w = |f: &[NodeFailure]| classify_failure(Phase::WriteBack, 3, 2, f);
+        assert_eq!(w(&[skipped(), gone()]), FailureReason::NotHeld);
+        assert_eq!(w(&[skipped(), timeout()]), FailureReason::Unavailable);
+        assert_eq!(w(&[gone(), timeout()]), FailureReason::Unavailable);
+        assert_eq!(w(&[skipped()]), FailureReason::Unavailable);
+    }
+
+    #[test]
+    fn fence_replies() {
+        assert_eq!(parse_fence(Value::Int(7)).unwrap(), 7);
+        assert!(matches!(
+            parse_fence(Value::Nil),
+            Err(NodeErrorKind::HeldByOther { expires_in: None })
+        ));
+        let limit = i64::try_from(MAX_EXACT).unwrap();
+        assert!(parse_fence(Value::Int(limit - 1)).is_ok());
+        assert!(matches!(
+            parse_fence(Value::Int(limit)),
+            Err(NodeErrorKind::Redis(_))
+        ));
+        assert!(matches!(
+            parse_fence(Value::Int(-1)),
+            Err(NodeErrorKind::Redis(_))
+        ));
+        assert!(matches!(
+            parse_fence(Value::Okay),
+            Err(NodeErrorKind::Redis(_))
+        ));
+    }
+
+    #[test]
+    fn seeds_are_clock_microseconds() {
+        let seed = fence_seed();
+        // After 2020 and below the exact range.
+        assert!(seed > 1_577_836_800_000_000, "{seed}");
+        assert!(seed < MAX_EXACT / 2);
     }
 }

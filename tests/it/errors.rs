@@ -236,6 +236,10 @@ fn zero_durations() {
             Client::builder([NOWHERE]).reconnect_backoff_max(Duration::ZERO),
             "reconnect backoff",
         ),
+        (
+            Client::builder([NOWHERE]).fence_retention(Duration::ZERO),
+            "fence retention",
+        ),
     ];
     for (builder, name) in cases {
         let e = build_error(builder);
