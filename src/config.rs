@@ -128,13 +128,14 @@ impl Builder {
 
     /// Whether acquisitions hand out fencing tokens
     /// ([`LockGuard::token`](crate::LockGuard::token)). With fencing the
-    /// acquire is a script that also moves the resource's fence, in the same
-    /// single round trip (a few microseconds of server CPU more than a plain
-    /// `SET NX`; rarely a second round, see DESIGN.md). Without it the
-    /// acquire is a plain `SET NX PX` and `token()` is `None`. Clients that
-    /// lock the same resources should agree on this setting: a client without
-    /// fencing does not move the fence, so its acquisitions are invisible to
-    /// the token order. Defaults to `true`.
+    /// acquire is a `MULTI`/`EXEC` transaction that also moves the
+    /// resource's fence, in the same single round trip (a few microseconds
+    /// of server CPU more than a plain `SET NX`; rarely a second round, see
+    /// DESIGN.md). Without it the acquire is a plain `SET NX PX` and
+    /// `token()` is `None`. Clients that lock the same resources should
+    /// agree on this setting: a client without fencing does not move the
+    /// fence, so its acquisitions are invisible to the token order.
+    /// Defaults to `true`.
     pub fn fencing(mut self, enabled: bool) -> Self {
         self.fencing = enabled;
         self

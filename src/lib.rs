@@ -39,7 +39,7 @@
 //! ## The algorithm
 //!
 //! An attempt draws a fresh unguessable value, sends `SET key value NX PX
-//! ttl` (inside a script that also moves the resource's fence, unless
+//! ttl` (in one transaction with the move of the resource's fence, unless
 //! fencing is off) to **all N nodes at once**, and decides at the
 //! first certain outcome: granted when ⌊N/2⌋ + 1 nodes said yes, failed when
 //! that became impossible. Every node call is bounded by a per-node timeout,

@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use futures::future::{BoxFuture, FutureExt, Shared};
 use redis::aio::MultiplexedConnection;
-use redis::{AsyncConnectionConfig, Cmd, ErrorKind, RedisError, ServerErrorKind, Value};
+use redis::{AsyncConnectionConfig, Cmd, ErrorKind, Pipeline, RedisError, ServerErrorKind, Value};
 
 use crate::error::NodeErrorKind;
 use crate::fanout::Settled;
@@ -224,9 +224,31 @@ impl Node {
         cmd: &Cmd,
         settled: &Settled,
     ) -> Result<Value, NodeErrorKind> {
+        self.run_request(Request::Cmd(cmd), settled).await
+    }
+
+    /// Runs a pipeline (a `MULTI`/`EXEC` transaction when atomic) as one
+    /// request: written in one piece, so nothing else on the multiplexed
+    /// connection lands inside it. See [`run_script`](Self::run_script).
+    pub(crate) async fn run_pipeline(
+        &self,
+        pipe: &Pipeline,
+        settled: &Settled,
+    ) -> Result<Value, NodeErrorKind> {
+        self.run_request(Request::Pipe(pipe), settled).await
+    }
+
+    async fn run_request(
+        &self,
+        request: Request<'_>,
+        settled: &Settled,
+    ) -> Result<Value, NodeErrorKind> {
         let connected = self.ready(settled, false).await?;
         let mut conn = connected.conn.clone();
-        let reply = cmd.query_async(&mut conn).await;
+        let reply = match request {
+            Request::Cmd(cmd) => cmd.query_async(&mut conn).await,
+            Request::Pipe(pipe) => pipe.query_async(&mut conn).await,
+        };
         self.finish(connected.generation, reply)
     }
 
@@ -501,6 +523,12 @@ fn parse_info(info: &str) -> Identity {
                 .unwrap_or(0),
         ),
     }
+}
+
+/// What [`Node::run_request`] sends.
+enum Request<'a> {
+    Cmd(&'a Cmd),
+    Pipe(&'a Pipeline),
 }
 
 #[cfg(test)]
