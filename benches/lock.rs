@@ -1,16 +1,29 @@
 //! Acquire+release cycles against real `redis-server` processes, next to
-//! raw-redis floors measured in the same run.
+//! raw-redis floors measured in the same run, the cost of fencing tokens,
+//! and one contended resource.
 //!
 //! `cargo bench --bench lock` starts 6 servers: 5 for the cluster (3-node
 //! runs use nodes 0..3; 5-node runs and floor 2 all of them) and a separate
 //! one for the single-node runs and floor 1, so single-node numbers never
-//! share a server, a script cache or a stats counter with the cluster. Each
-//! task locks its own resource, so there is no contention: what is measured
-//! is the cost of the protocol. A cycle is acquire + `release().await`.
+//! share a server, a script cache or a stats counter with the cluster. In
+//! the main and fault rows each task locks its own resource, so there is no
+//! contention: what is measured is the cost of the protocol. A cycle is
+//! acquire + `release().await`.
+//!
+//! Clients. `redfence N nodes` is the default client, so fencing is on: its
+//! acquire is one `MULTI`/`EXEC` transaction (`SET NX PX`, `SET fence seed
+//! NX PX`, `INCR fence`, `PEXPIRE fence`), and when fewer than a quorum of
+//! the granting nodes report the largest fence a second round (the
+//! write-back script) runs before the guard is handed out.
+//! `redfence plain N nodes` is `fencing(false)`: its acquire is a plain
+//! `SET NX PX`, like the floors'. Fenced and plain rows run in the same
+//! interleaved slices, and the "tokens cost" table compares them. Attempts,
+//! grants and write-back rounds come from `Client::stats()` deltas taken
+//! around each measured slice (warm-ups excluded).
 //!
 //! Timing. A row is 2 s measured after a 0.3 s warm-up (`REDFENCE_BENCH_SECS`
 //! sets the measured part; the warm-up is 15 % of it, at most 0.3 s). Shared
-//! machines drift, so rows that are compared are interleaved: the five
+//! machines drift, so rows that are compared are interleaved: the seven
 //! healthy rows of one concurrency run in 8 round-robin slices each, and
 //! every fault row is bracketed by healthy 5-node slices (half its length
 //! before, half after) that serve as its reference.
@@ -20,13 +33,21 @@
 //!   it (and after a paused node was resumed). Our own traffic in that window
 //!   is exactly that `CONFIG RESETSTAT` and one connection (the INFO's; an
 //!   INFO is not in its own output), and both are subtracted.
-//! - Commands per cycle count what clients sent. `commandstats` also counts
-//!   the calls a Lua script makes, so those are left out: GET, DEL, PTTL and
-//!   PEXPIRE (only ever called from the release and extend scripts, by both
-//!   the floors and the crate). Both the floors and the crate acquire with a
-//!   plain `SET NX PX`. The raw per-command counts are printed as well. Each
-//!   ACQUIRE that reaches a node is exactly one SET, which is how ACQUIREs
-//!   that were never sent (skipped as stalled, or settled) are counted.
+//! - Requests per cycle count what clients sent, a `MULTI`/`EXEC`
+//!   transaction as one request (one round trip): `commandstats` also counts
+//!   the calls a Lua script or a transaction makes, so those are left out,
+//!   per kind of row. GET, DEL, PTTL and PEXPIRE run only inside scripts
+//!   (release, extend, write-back) or the fenced transaction; in fenced rows
+//!   SET and INCR do too, and the transaction counts as its `EXEC`; in plain
+//!   rows and floors SET is the acquire itself. The raw per-command counts
+//!   are printed as well (a fenced cycle is 7 commands per node: the 6 of
+//!   the transaction and the release's `EVALSHA`).
+//! - Server time per cycle is the `commandstats` usec of the requests: an
+//!   `EXEC`'s and an `EVALSHA`'s usec already include the commands they ran,
+//!   so adding theirs would count them twice (`MULTI`'s is added).
+//! - ACQUIREs that reached a node (to count those never sent: skipped as
+//!   stalled, or settled): one SET each in plain rows, one EXEC each in
+//!   fenced rows.
 //! - New connections per cycle is the `total_connections_received` delta.
 //!   Connections are made before the window (setup, warm-up), so the steady
 //!   state is what is measured.
@@ -35,10 +56,36 @@
 //! includes the transition. A paused (SIGSTOP) node is resumed after the
 //! window; its backlog then runs and keys are counted 500 ms later. A killed
 //! (SIGKILL) node's keys are not counted (they died with it); it is restarted
-//! empty before the trailing reference slice.
+//! empty before the trailing reference slice (the faults use the fenced
+//! client; a node restarted empty forgets its fences, so the first
+//! acquisitions of the bracketing reference's resources after the restart
+//! may need write-backs).
 //!
-//! The process exits with status 1 when an invariant fails (a cycle failed or
-//! a lock key was left behind); performance targets are only reported.
+//! Contention. One resource on the 5 nodes, K tasks, each with its own
+//! fenced client (as K processes would have), looping: a waiting acquire
+//! (`lock().retry(..).acquire()`), a critical section that records the
+//! token, release. Rows use the default retry pacing (`Retry::new()`, which
+//! lets the task that just released win again while the others back off)
+//! or a tight one (no fixed delay, 1–8 ms jitter), under which waiters keep
+//! colliding, split votes are common and the partial grants of failed
+//! attempts move some nodes' fences but not others': that divergence is
+//! what the write-back round repairs. Each row has a warm-up (the
+//! resource's first acquisitions seed its fence) and a measured window of
+//! 75 % of the row time (1.5 s by default). A wait still running when the
+//! window ends is dropped (the crate then releases whatever the attempt
+//! took, in the background). Tokens must strictly increase in grant order
+//! and holders must never overlap. The paused row SIGSTOPs node 4 from
+//! 20 % to 60 % of its window: node 4 misses the grants in between, so
+//! afterwards its fence lags and the write-back runs when it is among the
+//! granting nodes. Fences are never reset here (the contention rows run
+//! before the kill row, and no node restarts empty during them), which the
+//! token order relies on.
+//!
+//! The process exits with status 1 when an invariant fails (a cycle failed,
+//! a lock key was left behind, a token did not increase, two holders
+//! overlapped, a contended acquire failed); performance targets are only
+//! reported. Fence keys (`redfence:fence:*`) stay by design (24 h
+//! retention) and are not counted as left behind.
 
 #[path = "../tests/support/server.rs"]
 mod server;
@@ -46,7 +93,8 @@ mod server;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::process::Command;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering as AtomicOrdering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use futures::future::join_all;
@@ -84,6 +132,59 @@ return 0
 
 /// Commands only ever run from inside the Lua scripts in this bench.
 const LUA_ONLY: [&str; 4] = ["get", "del", "pttl", "pexpire"];
+/// In fenced rows, also the commands inside the acquire's `MULTI`/`EXEC`
+/// (SET, SET, INCR, PEXPIRE) and the `MULTI`: one request is one `EXEC`.
+const INSIDE_FENCED: [&str; 7] = ["get", "del", "pttl", "pexpire", "set", "incr", "multi"];
+
+/// Contention rows: tasks (one fenced client each) on one resource, the
+/// retry pacing, and whether node 4 is paused for part of the window.
+const CONTENTION: [(usize, Pacing, bool); 4] = [
+    (8, Pacing::Default, false),
+    (32, Pacing::Default, false),
+    (32, Pacing::Default, true),
+    (8, Pacing::Tight, false),
+];
+/// A contention row's measured window, as a share of the row time (keeps
+/// the default run near 70 s).
+const CONTENTION_WINDOW: f64 = 0.75;
+/// Where in a paused contention row's window node 4 is paused and resumed.
+const CONTENTION_PAUSE: (f64, f64) = (0.2, 0.6);
+/// No contended acquire gives up inside a window (the window's end drops
+/// a wait instead).
+const CONTENTION_MAX_WAIT: Duration = Duration::from_secs(30);
+
+/// How a contended acquire waits between attempts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Pacing {
+    /// `Retry::new()`: 50 ms + jitter from 100 ms doubling to 1 s. A task
+    /// that just released retries at once, the others sleep: few attempts
+    /// ever collide.
+    Default,
+    /// No fixed delay, jitter from 1 ms doubling to 8 ms: waiters keep
+    /// colliding with each other and with the holder's next attempt, so
+    /// split votes (and the fence divergence they leave) are frequent.
+    Tight,
+}
+
+impl Pacing {
+    fn retry(self) -> redfence::Retry {
+        let retry = redfence::Retry::new().with_max_wait(CONTENTION_MAX_WAIT);
+        match self {
+            Pacing::Default => retry,
+            Pacing::Tight => retry
+                .with_delay(Duration::ZERO)
+                .with_jitter(Duration::from_millis(1))
+                .with_max_jitter(Duration::from_millis(8)),
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Pacing::Default => "default",
+            Pacing::Tight => "tight",
+        }
+    }
+}
 
 fn main() {
     let code = run();
@@ -106,8 +207,11 @@ fn run() -> i32 {
         Duration::from_secs_f64(warmup),
         Duration::from_secs_f64(measure),
     );
-    let rows = bench.run_all();
-    let report = Report { rows: &rows };
+    let (rows, contention) = bench.run_all();
+    let report = Report {
+        rows: &rows,
+        contention: &contention,
+    };
     println!(
         "{}, load average {load_before} before / {} after",
         bench.environment(warmup, measure),
@@ -119,7 +223,10 @@ fn run() -> i32 {
     println!("\nlock keys on each node at the end (nodes 0-4 | single): {leftover}");
     println!("bench wall time: {:.1} s", started.elapsed().as_secs_f64());
     if report.invariants_broken() || !leftover.clean {
-        println!("\nINVARIANT BROKEN: a cycle failed or a lock key was left behind (exit 1)");
+        println!(
+            "\nINVARIANT BROKEN: a cycle failed, a lock key was left behind, or a contended \
+             acquisition broke the token order, overlapped or failed (exit 1)"
+        );
         1
     } else {
         0
@@ -166,7 +273,44 @@ struct Phases {
     pending: usize,
 }
 
+/// `Client::stats()` counters over a window: the difference of two
+/// snapshots (summed over rows' slices and over a contention row's clients).
+#[derive(Debug, Default, Clone, Copy)]
+struct Counts {
+    attempts: u64,
+    acquired: u64,
+    write_backs: u64,
+    write_backs_failed: u64,
+}
+
+impl Counts {
+    fn between(before: redfence::Stats, after: redfence::Stats) -> Counts {
+        Counts {
+            attempts: after.attempts.saturating_sub(before.attempts),
+            acquired: after.acquired.saturating_sub(before.acquired),
+            write_backs: after.write_backs.saturating_sub(before.write_backs),
+            write_backs_failed: after
+                .write_backs_failed
+                .saturating_sub(before.write_backs_failed),
+        }
+    }
+
+    fn add(&mut self, other: Counts) {
+        self.attempts += other.attempts;
+        self.acquired += other.acquired;
+        self.write_backs += other.write_backs;
+        self.write_backs_failed += other.write_backs_failed;
+    }
+}
+
 impl Subject {
+    fn stats(&self) -> Option<redfence::Stats> {
+        match self {
+            Subject::Redfence(client) => Some(client.stats()),
+            Subject::Floor { .. } => None,
+        }
+    }
+
     async fn cycle(&self, resource: &str, task: usize, seq: u64) -> Result<Phases, String> {
         match self {
             Subject::Redfence(client) => {
@@ -377,6 +521,260 @@ async fn drive(
 }
 
 // ---------------------------------------------------------------------------
+// Contention: many tasks, one resource.
+
+/// What the tasks of one contention run saw.
+#[derive(Default)]
+struct ContentionSamples {
+    /// Critical sections run (successful acquisitions).
+    acquired: u64,
+    /// From the start of each successful `acquire()` (waits included) to
+    /// its guard, in ns; sorted after the run.
+    wait_ns: Vec<u64>,
+    /// Tokens in grant order: pushed inside the critical section.
+    tokens: Vec<u64>,
+    /// Guards without a token (a fenced client always hands one out).
+    missing_tokens: u64,
+    /// Critical sections entered while another holder was still inside.
+    overlaps: u64,
+    /// `acquire()` errors inside the window.
+    errors: u64,
+    /// Releases confirmed by fewer than a quorum of nodes.
+    short_releases: u64,
+    /// Acquires still waiting when the window ended (dropped).
+    cut: u64,
+    /// The largest number of acquisitions one task made.
+    busiest: u64,
+    first_error: Option<String>,
+    wall: Duration,
+}
+
+/// What the tasks share: the grant-ordered tokens and who is inside.
+#[derive(Default)]
+struct CriticalSection {
+    tokens: Mutex<Vec<u64>>,
+    inside: AtomicBool,
+    overlaps: AtomicU64,
+}
+
+/// One task per client, all on `resource`, each looping acquire (waiting) →
+/// critical section → release until `duration` has passed. A wait that
+/// the end of the window interrupts is dropped.
+async fn contend(
+    clients: Vec<redfence::Client>,
+    resource: String,
+    pacing: Pacing,
+    duration: Duration,
+) -> ContentionSamples {
+    let start = Instant::now();
+    let end = tokio::time::Instant::from_std(start + duration);
+    let shared = Arc::new(CriticalSection::default());
+    let tasks: Vec<_> = clients
+        .into_iter()
+        .map(|client| {
+            let shared = Arc::clone(&shared);
+            let resource = resource.clone();
+            tokio::spawn(async move {
+                let mut s = ContentionSamples::default();
+                while tokio::time::Instant::now() < end {
+                    let t0 = Instant::now();
+                    let request = client.lock(resource.as_str(), TTL).retry(pacing.retry());
+                    let guard = match tokio::time::timeout_at(end, request.acquire()).await {
+                        Err(_) => {
+                            s.cut += 1;
+                            break;
+                        }
+                        Ok(Err(e)) => {
+                            s.errors += 1;
+                            s.first_error.get_or_insert_with(|| e.to_string());
+                            break;
+                        }
+                        Ok(Ok(guard)) => guard,
+                    };
+                    s.wait_ns.push(nanos(t0.elapsed()));
+                    // The critical section.
+                    if shared.inside.swap(true, AtomicOrdering::SeqCst) {
+                        shared.overlaps.fetch_add(1, AtomicOrdering::SeqCst);
+                    }
+                    match guard.token() {
+                        Some(token) => shared
+                            .tokens
+                            .lock()
+                            .unwrap_or_else(PoisonError::into_inner)
+                            .push(token.get()),
+                        None => s.missing_tokens += 1,
+                    }
+                    shared.inside.store(false, AtomicOrdering::SeqCst);
+                    let released = guard.release().await;
+                    s.acquired += 1;
+                    if released.confirmed < client.quorum() {
+                        s.short_releases += 1;
+                        s.first_error.get_or_insert_with(|| {
+                            format!(
+                                "release confirmed on {} of {} nodes: {:?}",
+                                released.confirmed, released.nodes, released.failures
+                            )
+                        });
+                    }
+                }
+                s
+            })
+        })
+        .collect();
+    let mut all = ContentionSamples::default();
+    for task in tasks {
+        let s = task.await.expect("contention task panicked");
+        all.acquired += s.acquired;
+        all.wait_ns.extend(s.wait_ns);
+        all.missing_tokens += s.missing_tokens;
+        all.errors += s.errors;
+        all.short_releases += s.short_releases;
+        all.cut += s.cut;
+        all.busiest = all.busiest.max(s.acquired);
+        if all.first_error.is_none() {
+            all.first_error = s.first_error;
+        }
+    }
+    all.wall = start.elapsed();
+    all.wait_ns.sort_unstable();
+    all.overlaps = shared.overlaps.load(AtomicOrdering::SeqCst);
+    all.tokens = std::mem::take(&mut *shared.tokens.lock().unwrap_or_else(PoisonError::into_inner));
+    all
+}
+
+/// The first place where `tokens` does not strictly increase: (index, the
+/// token before, the token there).
+fn first_non_increase(tokens: &[u64]) -> Option<(usize, u64, u64)> {
+    tokens
+        .windows(2)
+        .position(|w| w[0] >= w[1])
+        .map(|i| (i + 1, tokens[i], tokens[i + 1]))
+}
+
+struct ContentionRow {
+    tasks: usize,
+    pacing: Pacing,
+    paused: bool,
+    /// The measured window.
+    samples: ContentionSamples,
+    /// Warm-up and measured tokens, in grant order.
+    tokens: usize,
+    non_increase: Option<(usize, u64, u64)>,
+    /// Acquisitions in the warm-up (checked like the measured ones).
+    warm_acquired: u64,
+    warm_broken: bool,
+    counts: Counts,
+    stats: Vec<Option<NodeStats>>,
+    keys: Vec<Option<usize>>,
+    /// The resource's fence on each node after the row.
+    fences: Vec<Option<u64>>,
+}
+
+impl ContentionRow {
+    fn name(&self) -> String {
+        let pacing = self.pacing.name();
+        if self.paused {
+            format!(
+                "{pacing} pacing, node {FAULT_NODE} paused {:.0}–{:.0} % of the window",
+                100.0 * CONTENTION_PAUSE.0,
+                100.0 * CONTENTION_PAUSE.1
+            )
+        } else {
+            format!("{pacing} pacing, healthy")
+        }
+    }
+
+    /// The busiest task's share of the acquisitions (1/K when fair).
+    fn busiest_share(&self) -> f64 {
+        self.samples.busiest as f64 / self.acquired()
+    }
+
+    fn acquired(&self) -> f64 {
+        self.samples.acquired.max(1) as f64
+    }
+
+    fn per_sec(&self) -> f64 {
+        self.samples.acquired as f64 / self.samples.wall.as_secs_f64().max(1e-9)
+    }
+
+    fn attempts_per_acquisition(&self) -> f64 {
+        self.counts.attempts as f64 / self.acquired()
+    }
+
+    fn write_backs_per_acquisition(&self) -> f64 {
+        self.counts.write_backs as f64 / self.acquired()
+    }
+
+    /// Mean token step between consecutive grants of the window: 1 when
+    /// only winners moved the fences, more when partial grants of failed
+    /// attempts moved them too.
+    fn token_step(&self) -> f64 {
+        match self.samples.tokens.as_slice() {
+            [first, .., last] => (last - first) as f64 / (self.samples.tokens.len() - 1) as f64,
+            _ => f64::NAN,
+        }
+    }
+
+    /// Commands clients sent (`EVALSHA`/`EVAL`: acquire, write-back and
+    /// release scripts), all nodes, per acquisition.
+    fn cmds_per_acquisition(&self) -> f64 {
+        let calls: u64 = self
+            .stats
+            .iter()
+            .flatten()
+            .map(|s| s.client_commands(true).0)
+            .sum();
+        calls as f64 / self.acquired()
+    }
+
+    fn keys_left(&self) -> usize {
+        self.keys.iter().flatten().sum()
+    }
+
+    fn keys_text(&self) -> String {
+        self.keys
+            .iter()
+            .map(|k| k.map_or_else(|| "-".to_owned(), |k| k.to_string()))
+            .collect::<Vec<_>>()
+            .join("/")
+    }
+
+    fn broken(&self) -> bool {
+        let s = &self.samples;
+        self.non_increase.is_some()
+            || self.warm_broken
+            || s.overlaps > 0
+            || s.missing_tokens > 0
+            || s.errors > 0
+            || s.short_releases > 0
+            || self.keys_left() > 0
+    }
+
+    /// Each node's fence relative to the largest (0 = at the max), after
+    /// the row: how far apart the nodes were left.
+    fn fences_text(&self) -> String {
+        let max = self.fences.iter().flatten().max().copied().unwrap_or(0);
+        self.fences
+            .iter()
+            .map(|f| {
+                f.map_or_else(
+                    || "-".to_owned(),
+                    |f| format!("{}", f as i128 - max as i128),
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("/")
+    }
+
+    fn tokens_text(&self) -> String {
+        match self.non_increase {
+            None => format!("{} strictly increasing", self.tokens),
+            Some((i, a, b)) => format!("NOT increasing at #{i}: {a} then {b}"),
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
 // Server-side counters.
 
 #[derive(Debug, Default, Clone)]
@@ -432,12 +830,20 @@ impl NodeStats {
         self.conns += other.conns;
     }
 
-    /// Commands a client sent (not ones a script ran), and their server time.
-    fn client_commands(&self) -> (u64, u64) {
+    /// Requests a client sent (a command, or a whole `MULTI`/`EXEC`
+    /// transaction; not the commands a script or a transaction ran), and
+    /// their server time (an `EXEC`'s and an `EVALSHA`'s usec include the
+    /// commands they ran; `MULTI`'s is added). `fenced`: the row's client
+    /// acquires with the fenced transaction.
+    fn client_commands(&self, fenced: bool) -> (u64, u64) {
+        let inner: &[&str] = if fenced { &INSIDE_FENCED } else { &LUA_ONLY };
         let mut calls = 0;
         let mut usec = 0;
         for (name, c) in &self.calls {
-            if LUA_ONLY.contains(&name.as_str()) {
+            if name == "multi" {
+                usec += self.usec.get(name).copied().unwrap_or(0);
+            }
+            if inner.contains(&name.as_str()) {
                 continue;
             }
             calls += c;
@@ -479,7 +885,10 @@ fn clk_tck() -> f64 {
 enum Kind {
     Floor1,
     Floor2,
+    /// The default client: fencing on.
     Redfence(usize),
+    /// `fencing(false)`: a plain `SET NX PX` acquire, no token.
+    Plain(usize),
     Paused,
     Killed,
     /// Healthy 5-node slices bracketing the paused or killed row.
@@ -499,6 +908,7 @@ impl Kind {
             Kind::Floor1 => "floor 1 (SET NX + EVALSHA, 1 node)".to_owned(),
             Kind::Floor2 => "floor 2 (same, join_all 5 nodes)".to_owned(),
             Kind::Redfence(n) => format!("redfence {n} node{}", if n == 1 { "" } else { "s" }),
+            Kind::Plain(n) => format!("redfence plain {n} node{}", if n == 1 { "" } else { "s" }),
             Kind::Paused => format!("redfence 5 nodes, node {FAULT_NODE} paused"),
             Kind::Killed => format!("redfence 5 nodes, node {FAULT_NODE} killed"),
             Kind::Reference(Fault::Pause) => {
@@ -512,10 +922,15 @@ impl Kind {
         !matches!(self, Kind::Floor1 | Kind::Floor2)
     }
 
+    /// Whether the row's client acquires with the fenced script.
+    fn fenced(self) -> bool {
+        self.is_redfence() && !matches!(self, Kind::Plain(_))
+    }
+
     fn nodes(self) -> usize {
         match self {
             Kind::Floor1 => 1,
-            Kind::Redfence(n) => n,
+            Kind::Redfence(n) | Kind::Plain(n) => n,
             _ => 5,
         }
     }
@@ -528,6 +943,8 @@ struct Slice {
     stats: Vec<Option<NodeStats>>,
     bench_ticks: u64,
     redis_ticks: u64,
+    /// Crate rows: the client's counters over the slice.
+    counts: Counts,
 }
 
 struct Row {
@@ -542,6 +959,7 @@ struct Row {
     keys: Vec<Option<usize>>,
     bench_ticks: u64,
     redis_ticks: u64,
+    counts: Counts,
     clk_tck: f64,
 }
 
@@ -556,6 +974,7 @@ impl Row {
             keys: Vec::new(),
             bench_ticks: 0,
             redis_ticks: 0,
+            counts: Counts::default(),
             clk_tck,
         }
     }
@@ -570,6 +989,7 @@ impl Row {
         }
         self.bench_ticks += slice.bench_ticks;
         self.redis_ticks += slice.redis_ticks;
+        self.counts.add(slice.counts);
     }
 
     fn cycles(&self) -> f64 {
@@ -581,7 +1001,7 @@ impl Row {
             .iter()
             .map(|s| {
                 s.as_ref()
-                    .map(|s| s.client_commands().0 as f64 / self.cycles())
+                    .map(|s| s.client_commands(self.kind.fenced()).0 as f64 / self.cycles())
             })
             .collect()
     }
@@ -594,7 +1014,7 @@ impl Row {
         self.stats
             .iter()
             .flatten()
-            .all(|s| s.client_commands().0 == 2 * self.samples.cycles())
+            .all(|s| s.client_commands(self.kind.fenced()).0 == 2 * self.samples.cycles())
     }
 
     /// Share of (node, attempt) pairs whose ACQUIRE never reached the node,
@@ -605,7 +1025,18 @@ impl Row {
         }
         let running: Vec<&NodeStats> = self.stats.iter().flatten().collect();
         let expected = running.len() as f64 * self.cycles();
-        let delivered: u64 = running.iter().map(|s| s.calls_of("set")).sum();
+        let delivered: u64 = running
+            .iter()
+            .map(|s| {
+                // One SET (plain) or one EXEC (fenced) per ACQUIRE that
+                // reached the node.
+                if self.kind.fenced() {
+                    s.calls_of("exec")
+                } else {
+                    s.calls_of("set")
+                }
+            })
+            .sum();
         Some(1.0 - delivered as f64 / expected)
     }
 
@@ -614,9 +1045,18 @@ impl Row {
             .stats
             .iter()
             .flatten()
-            .map(|s| s.client_commands().1)
+            .map(|s| s.client_commands(self.kind.fenced()).1)
             .sum();
         usec as f64 / self.cycles()
+    }
+
+    /// Write-back rounds per successful cycle (acquisition).
+    fn write_backs_per_cycle(&self) -> f64 {
+        self.counts.write_backs as f64 / self.samples.ok.max(1) as f64
+    }
+
+    fn acquire_p50(&self) -> f64 {
+        pct(&self.samples.acquire_ns, 0.5)
     }
 
     fn new_conns(&self) -> u64 {
@@ -688,6 +1128,8 @@ struct Bench {
     rf1: Arc<Subject>,
     rf3: Arc<Subject>,
     rf5: Arc<Subject>,
+    plain1: Arc<Subject>,
+    plain5: Arc<Subject>,
     next_tag: usize,
 }
 
@@ -700,17 +1142,22 @@ impl Bench {
             .build()
             .expect("building the tokio runtime");
         let urls = cluster.urls();
-        let client = |urls: &[String]| {
-            Arc::new(Subject::Redfence(
-                redfence::Client::new(urls.iter().cloned()).expect("valid node URLs"),
-            ))
+        let client = |urls: &[String], fencing: bool| {
+            let client = redfence::Client::builder(urls.iter().cloned())
+                .fencing(fencing)
+                .build()
+                .expect("valid node URLs");
+            assert_eq!(client.fencing(), fencing);
+            Arc::new(Subject::Redfence(client))
         };
-        let rf1 = client(&[single.url()]);
-        let rf3 = client(&urls[..3]);
-        let rf5 = client(&urls);
+        let rf1 = client(&[single.url()], true);
+        let rf3 = client(&urls[..3], true);
+        let rf5 = client(&urls, true);
+        let plain1 = client(&[single.url()], false);
+        let plain5 = client(&urls, false);
         // One cycle per client: connects every node and caches the scripts.
         rt.block_on(async {
-            for subject in [&rf1, &rf3, &rf5] {
+            for subject in [&rf1, &rf3, &rf5, &plain1, &plain5] {
                 if let Err(e) = subject.cycle("prime", 0, 0).await {
                     panic!("priming a client failed: {e}");
                 }
@@ -756,6 +1203,8 @@ impl Bench {
             rf1,
             rf3,
             rf5,
+            plain1,
+            plain5,
             cluster,
             single,
             rt,
@@ -767,18 +1216,151 @@ impl Bench {
     }
 
     /// Healthy rows first (floor 2's connections do not survive the kill),
-    /// then pause, then kill.
-    fn run_all(&mut self) -> Vec<Row> {
+    /// then contention (before the kill, so that no node it uses has ever
+    /// restarted empty), then pause, then kill.
+    fn run_all(&mut self) -> (Vec<Row>, Vec<ContentionRow>) {
         let mut rows = Vec::new();
         for c in CONCURRENCY {
             rows.extend(self.healthy_group(c));
         }
+        let contention = self.contention();
         for fault in [Fault::Pause, Fault::Kill] {
             for c in CONCURRENCY {
                 rows.extend(self.fault_row(fault, c));
             }
         }
-        rows
+        (rows, contention)
+    }
+
+    /// The contention rows, on fenced 5-node clients made (and connected)
+    /// for them.
+    fn contention(&mut self) -> Vec<ContentionRow> {
+        let most = CONTENTION.iter().map(|&(k, _, _)| k).max().unwrap_or(0);
+        let urls = self.cluster.urls();
+        let clients: Vec<redfence::Client> = (0..most)
+            .map(|_| redfence::Client::new(urls.iter().cloned()).expect("valid node URLs"))
+            .collect();
+        // One cycle each, outside the windows: connects every node and
+        // caches the scripts.
+        self.rt.block_on(async {
+            let primes = clients.iter().enumerate().map(|(i, client)| async move {
+                match client
+                    .try_acquire(&format!("prime-contention:{i}"), TTL)
+                    .await
+                {
+                    Ok(Some(guard)) => {
+                        guard.release().await;
+                        Ok(())
+                    }
+                    Ok(None) => Err("contended".to_owned()),
+                    Err(e) => Err(e.to_string()),
+                }
+            });
+            for outcome in join_all(primes).await {
+                if let Err(e) = outcome {
+                    panic!("priming a contention client failed: {e}");
+                }
+            }
+        });
+        CONTENTION
+            .iter()
+            .map(|&(tasks, pacing, paused)| {
+                let row = self.contention_row(&clients[..tasks], pacing, paused);
+                self.contention_progress(&row);
+                row
+            })
+            .collect()
+    }
+
+    fn contention_row(
+        &mut self,
+        clients: &[redfence::Client],
+        pacing: Pacing,
+        paused: bool,
+    ) -> ContentionRow {
+        let tag = format!("row{:02}-", self.next_tag);
+        self.next_tag += 1;
+        let resource = format!("{tag}hot");
+        let warm = self.rt.block_on(contend(
+            clients.to_vec(),
+            resource.clone(),
+            pacing,
+            self.warmup,
+        ));
+        // Waits dropped at the warm-up's end release in the background.
+        self.rt.block_on(async { tokio::time::sleep(SETTLE).await });
+        let window = self.measure.mul_f64(CONTENTION_WINDOW);
+        for node in &self.cluster.nodes {
+            node.cli(&["CONFIG", "RESETSTAT"]);
+        }
+        let before: Vec<redfence::Stats> = clients.iter().map(redfence::Client::stats).collect();
+        let run = self
+            .rt
+            .spawn(contend(clients.to_vec(), resource.clone(), pacing, window));
+        if paused {
+            let (from, to) = CONTENTION_PAUSE;
+            std::thread::sleep(window.mul_f64(from));
+            self.cluster.node(FAULT_NODE).pause();
+            std::thread::sleep(window.mul_f64(to - from));
+            self.cluster.node(FAULT_NODE).resume();
+        }
+        let samples = self.rt.block_on(run).expect("contention run panicked");
+        self.rt
+            .block_on(async { tokio::time::sleep(SETTLE_FAULT).await });
+        let mut counts = Counts::default();
+        for (client, before) in clients.iter().zip(before) {
+            counts.add(Counts::between(before, client.stats()));
+        }
+        let stats = self
+            .cluster
+            .nodes
+            .iter()
+            .map(|n| n.is_running().then(|| NodeStats::read(n)))
+            .collect();
+        let all_tokens: Vec<u64> = warm.tokens.iter().chain(&samples.tokens).copied().collect();
+        let warm_broken = warm.overlaps > 0
+            || warm.missing_tokens > 0
+            || warm.errors > 0
+            || warm.short_releases > 0;
+        let fence_key = format!("redfence:fence:{resource}");
+        let fences = self
+            .cluster
+            .nodes
+            .iter()
+            .map(|n| n.cli(&["GET", &fence_key]).parse().ok())
+            .collect();
+        ContentionRow {
+            fences,
+            tasks: clients.len(),
+            pacing,
+            paused,
+            tokens: all_tokens.len(),
+            non_increase: first_non_increase(&all_tokens),
+            warm_acquired: warm.acquired,
+            warm_broken,
+            samples,
+            counts,
+            stats,
+            keys: self.count_keys(Kind::Redfence(5), &tag),
+        }
+    }
+
+    fn contention_progress(&self, row: &ContentionRow) {
+        eprintln!(
+            "contention K={:<2} {:<32} {:>6.0} acq/s  attempts/acq {:>5.2}  write-backs/acq {:.3}  tokens {}  keys left {}{}",
+            row.tasks,
+            row.name(),
+            row.per_sec(),
+            row.attempts_per_acquisition(),
+            row.write_backs_per_acquisition(),
+            row.tokens_text(),
+            row.keys_text(),
+            row.samples
+                .first_error
+                .as_ref()
+                .map(|e| format!("  first error: {e}"))
+                .unwrap_or_default()
+        );
     }
 
     fn new_row(&mut self, kind: Kind, concurrency: usize) -> Row {
@@ -787,15 +1369,17 @@ impl Bench {
         Row::new(kind, concurrency, tag, self.clk_tck)
     }
 
-    /// The five healthy rows of one concurrency, interleaved slice by slice
+    /// The seven healthy rows of one concurrency, interleaved slice by slice
     /// (rotating the order) so that they see the same machine.
     fn healthy_group(&mut self, concurrency: usize) -> Vec<Row> {
         let kinds = [
             Kind::Floor1,
             Kind::Floor2,
             Kind::Redfence(1),
+            Kind::Plain(1),
             Kind::Redfence(3),
             Kind::Redfence(5),
+            Kind::Plain(5),
         ];
         let mut rows: Vec<Row> = kinds
             .iter()
@@ -863,13 +1447,15 @@ impl Bench {
             Kind::Floor2 => &self.floor2,
             Kind::Redfence(1) => &self.rf1,
             Kind::Redfence(3) => &self.rf3,
+            Kind::Plain(1) => &self.plain1,
+            Kind::Plain(_) => &self.plain5,
             _ => &self.rf5,
         })
     }
 
     fn servers(&self, kind: Kind) -> Vec<&RedisServer> {
         match kind {
-            Kind::Floor1 | Kind::Redfence(1) => vec![&self.single],
+            Kind::Floor1 | Kind::Redfence(1) | Kind::Plain(1) => vec![&self.single],
             _ => self.cluster.nodes[..kind.nodes()].iter().collect(),
         }
     }
@@ -965,10 +1551,19 @@ impl Bench {
             Fault::Kill => self.cluster.node(FAULT_NODE).kill(),
         }
         let subject = self.subject(kind);
-        let samples = self
-            .rt
-            .block_on(drive(subject, format!("{tag}run"), concurrency, duration));
+        let stats_before = subject.stats();
+        let samples = self.rt.block_on(drive(
+            Arc::clone(&subject),
+            format!("{tag}run"),
+            concurrency,
+            duration,
+        ));
         let bench_after = cpu_ticks("self").unwrap_or(0);
+        // Attempts run inside `drive`: nothing counts after it returned.
+        let counts = match (stats_before, subject.stats()) {
+            (Some(before), Some(after)) => Counts::between(before, after),
+            _ => Counts::default(),
+        };
         let settle = if fault == Fault::None {
             SETTLE
         } else {
@@ -995,6 +1590,7 @@ impl Bench {
             stats,
             bench_ticks: bench_after.saturating_sub(bench_before),
             redis_ticks,
+            counts,
         }
     }
 
@@ -1013,13 +1609,14 @@ impl Bench {
 
     fn progress(&self, row: &Row) {
         eprintln!(
-            "{:<46} c={:<2} {:>7.0} cycles/s  p50 {:>7.1} µs  p99 {:>8.1} µs  success {:.4}  keys left {}{}",
+            "{:<46} c={:<2} {:>7.0} cycles/s  p50 {:>7.1} µs  p99 {:>8.1} µs  success {:.4}  write-backs {}  keys left {}{}",
             row.kind.name(),
             row.concurrency,
             row.samples.per_sec(),
             row.p50(),
             row.p99(),
             row.samples.success(),
+            row.counts.write_backs,
             row.keys_text(),
             row.samples
                 .first_error
@@ -1042,9 +1639,13 @@ impl Bench {
              6 redis-server processes (nodes 0-4 for the 3- and 5-node runs and floor 2; a \
              separate one for the 1-node runs and floor 1); each row {warmup:.2} s warm-up + \
              {measure:.2} s measured ({SLICES} interleaved slices for healthy rows); TTL {} s; \
-             node_timeout 100 ms (default)",
+             node_timeout 100 ms (default); `redfence N nodes` = default client (fencing on, \
+             retention {} h), `redfence plain N nodes` = fencing(false); contention: one \
+             fenced client per task, max_wait {} s",
             self.rt.metrics().num_workers(),
-            TTL.as_secs()
+            TTL.as_secs(),
+            redfence::DEFAULT_FENCE_RETENTION.as_secs() / 3600,
+            CONTENTION_MAX_WAIT.as_secs()
         )
     }
 
@@ -1098,6 +1699,7 @@ impl std::fmt::Display for FinalKeys {
 
 struct Report<'a> {
     rows: &'a [Row],
+    contention: &'a [ContentionRow],
 }
 
 impl Report<'_> {
@@ -1120,11 +1722,16 @@ impl Report<'_> {
         self.rows
             .iter()
             .any(|r| r.samples.failed > 0 || r.keys_left() > 0)
+            || self.contention.iter().any(ContentionRow::broken)
     }
 
     fn render(&self) -> String {
         let mut out = String::new();
         self.main_table(&mut out);
+        out.push('\n');
+        self.tokens_table(&mut out);
+        out.push('\n');
+        self.contention_table(&mut out);
         out.push('\n');
         self.fault_table(&mut out);
         out.push('\n');
@@ -1136,13 +1743,15 @@ impl Report<'_> {
 
     fn main_table(&self, out: &mut String) {
         out.push_str(
-            "| run | conc | cycles/s | p50 µs | p99 µs | cmds/cycle | new conns/cycle | success | keys left per node | p50 ÷ floor 1 | p50 ÷ floor 2 | cycles/s ÷ floor 2 |\n\
+            "| run | conc | cycles/s | p50 µs | p99 µs | requests/cycle | new conns/cycle | success | keys left per node | p50 ÷ floor 1 | p50 ÷ floor 2 | cycles/s ÷ floor 2 |\n\
              |---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|\n",
         );
-        let healthy = self
-            .rows
-            .iter()
-            .filter(|r| matches!(r.kind, Kind::Floor1 | Kind::Floor2 | Kind::Redfence(_)));
+        let healthy = self.rows.iter().filter(|r| {
+            matches!(
+                r.kind,
+                Kind::Floor1 | Kind::Floor2 | Kind::Redfence(_) | Kind::Plain(_)
+            )
+        });
         for r in healthy {
             let f1 = self.find(Kind::Floor1, r.concurrency);
             let f2 = self.find(Kind::Floor2, r.concurrency);
@@ -1165,9 +1774,119 @@ impl Report<'_> {
         }
     }
 
+    /// Fenced (default) against plain (`fencing(false)`) clients, row pairs
+    /// measured in the same slices.
+    fn tokens_table(&self, out: &mut String) {
+        out.push_str(
+            "Tokens cost: fenced (default) ÷ plain (fencing(false)), measured in the same \
+             interleaved slices; server µs = commandstats usec of the requests \
+             (EVALSHA includes its Lua internals):\n\n\
+             | nodes | conc | acquire p50 µs fenced / plain | acquire p50 ÷ | cycles/s fenced / plain | cycles/s ÷ | requests/node/cycle fenced / plain | server µs/cycle fenced / plain | server µs ÷ | server µs more per acquire per node | redis CPU µs/cycle fenced / plain | attempts/cycle fenced | write-back rounds/acquisition fenced |\n\
+             |---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|\n",
+        );
+        for r in self
+            .rows
+            .iter()
+            .filter(|r| matches!(r.kind, Kind::Redfence(_)))
+        {
+            let n = r.kind.nodes();
+            let Some(p) = self.find(Kind::Plain(n), r.concurrency) else {
+                continue;
+            };
+            let (rs, ps) = (r.redis_usec_per_cycle(), p.redis_usec_per_cycle());
+            let _ = writeln!(
+                out,
+                "| {n} | {} | {:.1} / {:.1} | {:.2}× | {:.0} / {:.0} | {:.2}× | {} / {} | {:.1} / {:.1} | {:.2}× | {:+.1} | {:.1} / {:.1} | {:.3} | {:.4} ({} in {}) |",
+                r.concurrency,
+                r.acquire_p50(),
+                p.acquire_p50(),
+                r.acquire_p50() / p.acquire_p50(),
+                r.samples.per_sec(),
+                p.samples.per_sec(),
+                r.samples.per_sec() / p.samples.per_sec(),
+                per_node_short(r),
+                per_node_short(p),
+                rs,
+                ps,
+                rs / ps,
+                (rs - ps) / n as f64,
+                r.cpu_us_per_cycle(r.redis_ticks),
+                p.cpu_us_per_cycle(p.redis_ticks),
+                r.counts.attempts as f64 / r.cycles(),
+                r.write_backs_per_cycle(),
+                r.counts.write_backs,
+                r.samples.ok,
+            );
+        }
+    }
+
+    fn contention_table(&self, out: &mut String) {
+        let _ = write!(
+            out,
+            "Contention: one resource, 5 nodes, K tasks with one fenced client each, looping \
+             acquire (waiting, max_wait {} s; default pacing = Retry::new(): 50 ms + jitter \
+             100 ms doubling to 1 s; tight = no delay, jitter 1 ms doubling to 8 ms) → record \
+             the token → release; write-back rounds from Client::stats() deltas; token step = \
+             mean difference between consecutive tokens (1 when only winners moved the \
+             fences); busiest task = its share of the acquisitions (1/K when fair); fences \
+             at the end = each node's fence for the resource minus the largest:\n\n\
+             | run | K | acquisitions/s | busiest task | attempts/acquisition | write-back rounds/acquisition | write-backs failed | token step | acquire wait p50 / p99 ms | requests/acquisition, all nodes | tokens in grant order (warm-up + window) | overlapping holders | errors | waits cut at the end | lock keys left per node | fences at the end, nodes 0-4 |\n\
+             |---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---|---|\n",
+            CONTENTION_MAX_WAIT.as_secs()
+        );
+        for r in self.contention {
+            let s = &r.samples;
+            let _ = writeln!(
+                out,
+                "| {} | {} | {:.0} | {:.0}% | {:.2} | {:.4} ({} in {}) | {} | {:.2} | {:.1} / {:.1} | {:.2} | {} | {} | {} | {} | {} | {} |",
+                r.name(),
+                r.tasks,
+                r.per_sec(),
+                100.0 * r.busiest_share(),
+                r.attempts_per_acquisition(),
+                r.write_backs_per_acquisition(),
+                r.counts.write_backs,
+                s.acquired,
+                r.counts.write_backs_failed,
+                r.token_step(),
+                pct(&s.wait_ns, 0.5) / 1000.0,
+                pct(&s.wait_ns, 0.99) / 1000.0,
+                r.cmds_per_acquisition(),
+                r.tokens_text(),
+                s.overlaps,
+                s.errors + s.short_releases + s.missing_tokens,
+                s.cut,
+                r.keys_text(),
+                r.fences_text(),
+            );
+        }
+        for r in self.contention.iter().filter(|r| r.warm_broken) {
+            let _ = writeln!(
+                out,
+                "\ncontention K={} {}: the warm-up ({} acquisitions) broke an invariant",
+                r.tasks,
+                r.name(),
+                r.warm_acquired
+            );
+        }
+        for r in self
+            .contention
+            .iter()
+            .filter(|r| r.samples.first_error.is_some())
+        {
+            let _ = writeln!(
+                out,
+                "\nfirst error in contention K={} {}: {}",
+                r.tasks,
+                r.name(),
+                r.samples.first_error.as_deref().unwrap_or_default()
+            );
+        }
+    }
+
     fn fault_table(&self, out: &mut String) {
         out.push_str(
-            "| fault (5 nodes) | conc | success | cycles/s | p50 µs | p99 µs | healthy p50 µs: bracketing / main table | p50 ÷ healthy: bracketing / main table | release p50 µs (bracketing healthy) | cmds/node/cycle, nodes 0-4 | new conns/cycle | keys left per node |\n\
+            "| fault (5 nodes) | conc | success | cycles/s | p50 µs | p99 µs | healthy p50 µs: bracketing / main table | p50 ÷ healthy: bracketing / main table | release p50 µs (bracketing healthy) | requests/node/cycle, nodes 0-4 | new conns/cycle | keys left per node |\n\
              |---|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---|\n",
         );
         for r in self
@@ -1218,20 +1937,35 @@ impl Report<'_> {
         out.push_str(
             "Where the time goes (acquire and release timed separately inside each cycle; \
              CPU from /proc, 10 ms ticks):\n\n\
-             | run | conc | acquire p50 µs | release p50 µs | nodes pending when release returned | ACQUIRE never sent | cmds/node/cycle | redis usec/cycle (commandstats, client cmds) | redis CPU µs/cycle | bench CPU µs/cycle | raw commandstats calls/cycle (µs/call), all nodes, Lua-internal included |\n\
-             |---|---:|---:|---:|---:|---:|---|---:|---:|---:|---|\n",
+             | run | conc | acquire p50 µs | release p50 µs | nodes pending when release returned | ACQUIRE never sent | attempts/cycle | write-back rounds | requests/node/cycle | redis usec/cycle (commandstats, requests) | redis CPU µs/cycle | bench CPU µs/cycle | raw commandstats calls/cycle (µs/call), all nodes, commands inside scripts and transactions included |\n\
+             |---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---|\n",
         );
         for r in self.rows {
             let _ = writeln!(
                 out,
-                "| {} | {} | {:.1} | {:.1} | {:.2} | {} | {} | {:.1} | {:.1} | {:.1} | {} |",
+                "| {} | {} | {:.1} | {:.1} | {:.2} | {} | {} | {} | {} | {:.1} | {:.1} | {:.1} | {} |",
                 r.kind.name(),
                 r.concurrency,
                 pct(&r.samples.acquire_ns, 0.5),
                 pct(&r.samples.release_ns, 0.5),
                 r.samples.release_pending as f64 / r.cycles(),
-                r.acquire_not_sent()
-                    .map_or_else(|| "-".to_owned(), |x| format!("{:.2}%", 100.0 * x)),
+                r.acquire_not_sent().map_or_else(
+                    || "-".to_owned(),
+                    |x| {
+                        // Write-backs run GET and SET too (module docs).
+                        format!("{:.2}%", 100.0 * x)
+                    }
+                ),
+                if r.kind.is_redfence() {
+                    format!("{:.3}", r.counts.attempts as f64 / r.cycles())
+                } else {
+                    "-".to_owned()
+                },
+                if r.kind.fenced() {
+                    r.counts.write_backs.to_string()
+                } else {
+                    "-".to_owned()
+                },
                 per_node_text(r),
                 r.redis_usec_per_cycle(),
                 r.cpu_us_per_cycle(r.redis_ticks),
@@ -1299,6 +2033,58 @@ impl Report<'_> {
                 ),
             );
         }
+        for r in self
+            .rows
+            .iter()
+            .filter(|r| matches!(r.kind, Kind::Redfence(_)))
+        {
+            let n = r.kind.nodes();
+            if let Some(p) = self.find(Kind::Plain(n), r.concurrency) {
+                let x = r.acquire_p50() / p.acquire_p50();
+                line(
+                    x <= 1.1,
+                    format!(
+                        "tokens, {n} node{} c={}: fenced acquire p50 ≤ 1.1 × plain acquire p50 \
+                         (one round trip): {:.1} µs vs {:.1} µs = {x:.3}×",
+                        if n == 1 { "" } else { "s" },
+                        r.concurrency,
+                        r.acquire_p50(),
+                        p.acquire_p50()
+                    ),
+                );
+            }
+        }
+        let healthy_fenced: Vec<&Row> = self
+            .rows
+            .iter()
+            .filter(|r| matches!(r.kind, Kind::Redfence(_)))
+            .collect();
+        let write_backs: u64 = healthy_fenced.iter().map(|r| r.counts.write_backs).sum();
+        let acquisitions: u64 = healthy_fenced.iter().map(|r| r.samples.ok).sum();
+        line(
+            write_backs == 0,
+            format!(
+                "no write-back round in the uncontended steady state: {write_backs} in \
+                 {acquisitions} acquisitions of the healthy fenced rows"
+            ),
+        );
+        for r in self.contention {
+            line(
+                !r.broken(),
+                format!(
+                    "contention K={} {}: tokens strictly increase in grant order ({}), no \
+                     overlapping holders ({}), no failed acquire or release ({}), 0 lock keys \
+                     left ({}); write-back rounds/acquisition {:.4}",
+                    r.tasks,
+                    r.name(),
+                    r.tokens_text(),
+                    r.samples.overlaps,
+                    r.samples.errors + r.samples.short_releases + r.samples.missing_tokens,
+                    r.keys_text(),
+                    r.write_backs_per_acquisition()
+                ),
+            );
+        }
         let rf: Vec<&Row> = self.rows.iter().filter(|r| r.kind.is_redfence()).collect();
         let conns: u64 = rf.iter().map(|r| r.new_conns()).sum();
         line(
@@ -1310,7 +2096,8 @@ impl Report<'_> {
         );
         let off: Vec<String> = rf
             .iter()
-            .filter(|r| matches!(r.kind, Kind::Redfence(_)) && !r.exactly_two_per_node())
+            .filter(|r| matches!(r.kind, Kind::Redfence(_) | Kind::Plain(_)))
+            .filter(|r| !r.exactly_two_per_node())
             .map(|r| {
                 format!(
                     "{} c={}: {} (ACQUIRE never sent {:.2}%)",
@@ -1324,10 +2111,12 @@ impl Report<'_> {
         line(
             off.is_empty(),
             if off.is_empty() {
-                "exactly 2 commands per node per cycle in every healthy redfence row".to_owned()
+                "exactly 2 requests (round trips) per node per cycle in every healthy redfence row, \
+                 fenced and plain"
+                    .to_owned()
             } else {
                 format!(
-                    "exactly 2 commands per node per cycle; off in: {}",
+                    "exactly 2 requests per node per cycle; off in: {}",
                     off.join("; ")
                 )
             },
@@ -1355,6 +2144,20 @@ fn ratio(x: Option<f64>) -> String {
 
 fn micros(x: Option<f64>) -> String {
     x.map_or_else(|| "-".to_owned(), |x| format!("{x:.1}"))
+}
+
+/// The per-node commands per cycle, once when every node has the same.
+fn per_node_short(r: &Row) -> String {
+    let text: Vec<String> = r
+        .per_node_cmds()
+        .iter()
+        .map(|c| c.map_or_else(|| "-".to_owned(), |c| format!("{c:.3}")))
+        .collect();
+    if text.windows(2).all(|w| w[0] == w[1]) {
+        text.first().cloned().unwrap_or_default()
+    } else {
+        text.join("/")
+    }
 }
 
 fn per_node_text(r: &Row) -> String {

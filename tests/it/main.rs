@@ -12,3 +12,5 @@ mod faults;
 mod fencing;
 mod helpers;
 mod modes;
+#[cfg(feature = "postgres")]
+mod postgres;

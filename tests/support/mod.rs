@@ -1,5 +1,6 @@
 #![allow(dead_code)]
 
+pub mod postgres;
 pub mod server;
 
 pub use server::*;
