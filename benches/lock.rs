@@ -728,15 +728,11 @@ impl ContentionRow {
     }
 
     fn keys_left(&self) -> usize {
-        self.keys.iter().flatten().sum()
+        keys_left(&self.keys)
     }
 
     fn keys_text(&self) -> String {
-        self.keys
-            .iter()
-            .map(|k| k.map_or_else(|| "-".to_owned(), |k| k.to_string()))
-            .collect::<Vec<_>>()
-            .join("/")
+        keys_text(&self.keys)
     }
 
     fn broken(&self) -> bool {
@@ -1068,15 +1064,11 @@ impl Row {
     }
 
     fn keys_left(&self) -> usize {
-        self.keys.iter().flatten().sum()
+        keys_left(&self.keys)
     }
 
     fn keys_text(&self) -> String {
-        self.keys
-            .iter()
-            .map(|k| k.map_or_else(|| "-".to_owned(), |k| k.to_string()))
-            .collect::<Vec<_>>()
-            .join("/")
+        keys_text(&self.keys)
     }
 
     /// All commands the nodes ran per cycle, Lua-internal ones included,
@@ -1674,6 +1666,19 @@ impl Bench {
             ),
         }
     }
+}
+
+/// Lock keys left on the nodes counted (`None`: not running).
+fn keys_left(keys: &[Option<usize>]) -> usize {
+    keys.iter().flatten().sum()
+}
+
+/// Per node, `-` for a node not running.
+fn keys_text(keys: &[Option<usize>]) -> String {
+    keys.iter()
+        .map(|k| k.map_or_else(|| "-".to_owned(), |k| k.to_string()))
+        .collect::<Vec<_>>()
+        .join("/")
 }
 
 fn count(node: &RedisServer, pattern: &str) -> usize {
