@@ -6,8 +6,8 @@
 //!
 //! The protocol this serves:
 //! 1. Each node, atomically with granting the lock key, sets its fence for
-//!    the resource to `fence + 1` (seeded from the node's clock when it has
-//!    none) and returns it.
+//!    the resource to `fence + 1` (seeded from the client's clock when it
+//!    has none) and returns it.
 //! 2. The client takes `T` = the largest fence among the granting nodes.
 //! 3. If fewer than a quorum of the N nodes returned `T`, the client writes
 //!    `T` back (`fence = max(fence, T)`) to the granting nodes, only where
@@ -26,11 +26,12 @@ use std::fmt;
 /// carrying a token lower than one the storage has already accepted comes
 /// from a holder whose lease ran out, and must be rejected.
 ///
-/// Tokens of different resources are unrelated. They are above 10^15 (a
-/// resource's first token is seeded from a node's clock in microseconds, so
-/// that tokens keep increasing even after the fence state expired; see
-/// DESIGN.md) and below 2^53 (Redis scripts compute in doubles), so they fit
-/// in an `i64` column and a JSON number.
+/// Tokens of different resources are unrelated. They are around 1.8 × 10^15
+/// (a resource's first token is seeded from the client's clock in
+/// microseconds, so that tokens keep increasing even after the fence state
+/// expired; see DESIGN.md) and grow by about one per acquisition attempt;
+/// they fit in an `i64` column (the nodes count with `INCR`, which stops at
+/// `i64::MAX`) and, for the next centuries, in a JSON number (2^53).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct FencingToken(u64);
 
@@ -60,9 +61,6 @@ impl From<FencingToken> for u64 {
     }
 }
 
-/// The largest integer a Redis script (Lua 5.1 doubles) handles exactly.
-pub(crate) const MAX_EXACT: u64 = 1 << 53;
-
 /// The token chosen from the fences of the granting nodes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Merge {
@@ -89,13 +87,16 @@ impl Merge {
 }
 
 /// A node's new fence when it grants: one more than its current one. The
-/// acquire script does this in Lua; the model check runs this copy.
+/// nodes do this with `INCR`; the model check runs this copy.
 #[cfg_attr(not(test), allow(dead_code))]
-/// Saturating: a fence at `u64::MAX` stays there (unreachable in practice;
-/// the scripts stop at 2^53).
+/// Saturating: a fence at `u64::MAX` stays there (unreachable in practice:
+/// `INCR` stops at `i64::MAX` with an error).
 pub(crate) fn next_fence(fence: u64) -> u64 {
     fence.saturating_add(1)
 }
+
+#[cfg(test)]
+mod model;
 
 #[cfg(test)]
 mod tests {
