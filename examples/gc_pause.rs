@@ -3,10 +3,10 @@
 //!
 //! Two workers credit the same account under the lock: read the balance,
 //! add their amount, write it back. Worker 1 takes the lock with a 300 ms
-//! lease, reads, and then stalls for 600 ms (a GC pause, a page-fault storm,
-//! a SIGSTOP) before writing. Its lease runs out in the middle; worker 2 is
-//! granted the lock, reads, and writes its credit. Then worker 1 wakes up and
-//! writes the balance it computed from the old read.
+//! lease, reads, and then stalls (a GC pause, a page-fault storm, a SIGSTOP)
+//! for at least 600 ms and until worker 2 is done. Its lease runs out in the
+//! middle; worker 2 is granted the lock, reads, and writes its credit. Then
+//! worker 1 wakes up and writes the balance it computed from the old read.
 //!
 //! - Without fencing (a plain `SET`), worker 1's late write silently
 //!   overwrites worker 2's credit: one credit is lost. No lease can prevent
@@ -80,8 +80,9 @@ async fn unfenced(
     let g1 = one.acquire("account", LEASE).await?;
     let read1: i64 = c.get(key).await?;
     println!("  worker 1: lock granted, read {read1}, now pausing for {PAUSE:?}");
+    let done = tokio::sync::Notify::new();
     let late = async {
-        tokio::time::sleep(PAUSE).await;
+        pause(&done).await;
         let mut c = conn.clone();
         let _: () = c.set(key, read1 + CREDIT_1).await?;
         println!(
@@ -101,6 +102,7 @@ async fn unfenced(
             read2 + CREDIT_2
         );
         g2.release().await;
+        done.notify_one();
         Ok::<_, BoxError>(())
     };
     tokio::try_join!(late, other)?;
@@ -126,8 +128,9 @@ async fn fenced(nodes: &[String], conn: MultiplexedConnection, key: &str) -> Res
     let t1 = g1.token().ok_or("fencing is on by default")?;
     let read1 = balance(&store, key).await?;
     println!("  worker 1: lock granted with token {t1}, read {read1}, now pausing for {PAUSE:?}");
+    let done = tokio::sync::Notify::new();
     let late = async {
-        tokio::time::sleep(PAUSE).await;
+        pause(&done).await;
         match store.write(key, (read1 + CREDIT_1).to_string(), t1).await {
             Err(StoreError::Stale(stale)) => {
                 println!("  worker 1: woke up, write refused: {stale}");
@@ -157,6 +160,7 @@ async fn fenced(nodes: &[String], conn: MultiplexedConnection, key: &str) -> Res
             read2 + CREDIT_2
         );
         g2.release().await;
+        done.notify_one();
         Ok::<_, BoxError>(())
     };
     tokio::try_join!(late, other)?;
@@ -164,6 +168,13 @@ async fn fenced(nodes: &[String], conn: MultiplexedConnection, key: &str) -> Res
     let balance = balance(&store, key).await?;
     println!("  final balance {balance}");
     Ok(balance)
+}
+
+/// Worker 1's stall: at least `PAUSE`, and until worker 2 is done, so the
+/// story plays out in the same order however long worker 2 waits for the
+/// lock. `notify_one` keeps the wake-up if it comes first.
+async fn pause(done: &tokio::sync::Notify) {
+    tokio::join!(tokio::time::sleep(PAUSE), done.notified());
 }
 
 async fn balance(store: &FencedStore<MultiplexedConnection>, key: &str) -> Result<i64, BoxError> {
