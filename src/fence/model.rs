@@ -75,15 +75,14 @@
 //!   between any two steps, each landing may find the key gone. An acquire
 //!   that lands is granted (whatever key was there having vanished), or,
 //!   where some acquire was granted before, refused with the fence moved;
-//!   a refusal that leaves the fence alone
-//!   has the same effect as the acquire being lost, and a write-back
-//!   finding its key gone has the same effect as being lost too (see the
-//!   next point). The holder of a key is thus the attempt whose acquire
+//!   a refusal that leaves the fence alone has the same effect as the
+//!   acquire being lost, and a write-back finding its key gone has the
+//!   same effect as being lost too (see the next point). The holder of a key is thus the attempt whose acquire
 //!   was last granted there, and the model never relies on mutual
 //!   exclusion, only on what the fences give.
-//! * **Answers that can only hasten a give-up are not modelled**: a refused
-//!   acquire and a `NotHeld` write-back. Their only effect on the client is
-//!   to make a quorum impossible sooner, and the client may give up at any
+//! * **Answers that can only hasten a give-up are not sent**: `Refused`
+//!   (the refusal's move of the fence is modelled) and `NotHeld`. Their
+//!   only effect on the client is to make a quorum impossible sooner, and the client may give up at any
 //!   moment anyway. Likewise an attempt that can no longer reach a quorum
 //!   (too few grants still possible, or too few write-backs that can still
 //!   succeed) gives up at once: waiting, then timing out, changes nothing
@@ -114,10 +113,9 @@
 //! * A literal model ([`literal`]) has none of the above but dropping
 //!   answers the client will ignore: an explicit "vanish" transition,
 //!   refusals (moving the fence or not) and `NotHeld` answers, full attempt
-//!   identities, no symmetry. The
-//!   reduced model must reach exactly the same hand-outs (who, which token,
-//!   which verdicts); [1, 1] runs by default, [2, 1] (about ten million
-//!   states) is ignored.
+//!   identities, no symmetry. The reduced model must reach exactly the
+//!   same hand-outs (who, which token, which verdicts), checked for [1, 1]
+//!   and [2, 1] (tens of millions of literal states) in ignored tests.
 //! * Forgetting tokens rests on lower bounds ([`Model::bounds`]); an audit
 //!   checks on every transition that they never shrink and that every
 //!   hand-out respects them. Runs with and without forgetting and symmetry
@@ -127,7 +125,7 @@
 //! # Not modelled
 //!
 //! A fence key that expires (its retention) and is seeded again from a
-//! node's clock, a node restarting without its data, more than three nodes,
+//! client's clock, a node restarting without its data, more than three nodes,
 //! and the clients' validity arithmetic (a client may give up at any moment,
 //! which covers every timeout).
 //!
@@ -1354,7 +1352,7 @@ fn write_back_is_safe_three_clients_1_1_1() {
 }
 
 #[test]
-#[ignore = "slow in a debug build; run with --release"]
+#[ignore = "about two minutes in release"]
 fn write_back_is_safe_larger() {
     for attempts in [&[2, 2][..], &[2, 1, 1]] {
         assert_safe(Network::Fifo, attempts);
@@ -1365,7 +1363,8 @@ fn write_back_is_safe_larger() {
 #[test]
 #[ignore = "slow in a debug build; run with --release"]
 fn write_back_is_safe_unordered() {
-    for attempts in [&[2, 1][..], &[1, 1, 1], &[2, 2], &[2, 1, 1]] {
+    // [2, 1, 1] passes too, in about five minutes (39.5 million states).
+    for attempts in [&[2, 1][..], &[1, 1, 1], &[2, 2]] {
         assert_safe(Network::Unordered, attempts);
     }
 }
@@ -1414,7 +1413,8 @@ fn write_back_without_owner_check_duplicates() {
 #[test]
 #[ignore = "slow in a debug build; run with --release"]
 fn negative_controls_in_full() {
-    for attempts in [&[2, 1][..], &[1, 1, 1], &[2, 2], &[2, 1, 1]] {
+    // [2, 1, 1] shows the same, in about three and a half minutes.
+    for attempts in [&[2, 1][..], &[1, 1, 1], &[2, 2]] {
         let r = check(Config::new(Variant::Naive, attempts));
         assert!(r.monotonicity.is_some() && r.uniqueness.is_some());
         let r = check(Config::new(Variant::NoOwnerCheck, attempts));
@@ -1455,8 +1455,9 @@ fn forgetting_and_symmetry_keep_hand_outs() {
     }
 }
 
-/// The bounds behind forgetting also hold where a client has attempts left
-/// after a write-back (which [2, 1] and [1, 1, 1] never reach).
+/// The bounds behind forgetting, audited where every client has a second
+/// attempt: an earlier version forgot that a client busy with one attempt
+/// may still start another, which only [2, 2] exposed.
 #[test]
 #[ignore = "slow in a debug build; run with --release"]
 fn bounds_hold_with_two_attempts_each() {
@@ -1846,13 +1847,8 @@ fn assert_same_hand_outs(variant: Variant, attempts: &[u8]) {
     );
 }
 
-/// The protocol itself, in the smallest configuration where a write-back
-/// can lose its key (about 10 s of the default run's budget, in debug).
-#[test]
-fn reductions_keep_every_hand_out_small() {
-    assert_same_hand_outs(Variant::WriteBack, &[1, 1]);
-}
-
+/// The smallest configuration where a write-back can lose its key: the
+/// literal model has about 280,000 states (45 s in debug, 4 s in release).
 #[test]
 #[ignore = "slow in a debug build; run with --release"]
 fn reductions_keep_every_hand_out() {
@@ -1861,10 +1857,19 @@ fn reductions_keep_every_hand_out() {
     }
 }
 
-/// The literal model of [2, 1] has millions of states: minutes, in release.
+/// The literal model of [2, 1] has 16 to 28 million states per variant,
+/// about 20 minutes in release for the three: too long for every run of
+/// the ignored tests, so it asks for `REDFENCE_LITERAL_2_1=1` (and says so
+/// loudly when skipped). Worth running after any change to the reductions.
 #[test]
-#[ignore = "minutes even in a release build"]
+#[ignore = "about 20 minutes in release; needs REDFENCE_LITERAL_2_1=1"]
 fn reductions_keep_every_hand_out_2_1() {
+    if std::env::var_os("REDFENCE_LITERAL_2_1").is_none() {
+        eprintln!(
+            "SKIPPED: set REDFENCE_LITERAL_2_1=1 to compare with the literal model of [2, 1]"
+        );
+        return;
+    }
     for variant in [Variant::Naive, Variant::NoOwnerCheck, Variant::WriteBack] {
         assert_same_hand_outs(variant, &[2, 1]);
     }
