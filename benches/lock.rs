@@ -1347,11 +1347,7 @@ impl Bench {
             row.write_backs_per_acquisition(),
             row.tokens_text(),
             row.keys_text(),
-            row.samples
-                .first_error
-                .as_ref()
-                .map(|e| format!("  first error: {e}"))
-                .unwrap_or_default()
+            first_error_text(&row.samples.first_error)
         );
     }
 
@@ -1610,11 +1606,7 @@ impl Bench {
             row.samples.success(),
             row.counts.write_backs,
             row.keys_text(),
-            row.samples
-                .first_error
-                .as_ref()
-                .map(|e| format!("  first error: {e}"))
-                .unwrap_or_default()
+            first_error_text(&row.samples.first_error)
         );
     }
 
@@ -1666,6 +1658,14 @@ impl Bench {
             ),
         }
     }
+}
+
+/// For progress lines: the first failure, if any.
+fn first_error_text(first_error: &Option<String>) -> String {
+    first_error
+        .as_ref()
+        .map(|e| format!("  first error: {e}"))
+        .unwrap_or_default()
 }
 
 /// Lock keys left on the nodes counted (`None`: not running).
