@@ -125,16 +125,31 @@ const CONCURRENCY: [usize; 2] = [1, 32];
 /// its SHA1 is already cached on nodes the crate has used.
 const RELEASE_LUA: &str = r#"
 if redis.call('GET', KEYS[1]) == ARGV[1] then
-  return redis.call('DEL', KEYS[1])
+  redis.call('DEL', KEYS[1])
+  local waiting = redis.call('PUBSUB', 'NUMSUB', KEYS[1])[2]
+  if waiting > 0 then
+    redis.call('PUBLISH', KEYS[1], ARGV[2] .. ':' .. waiting)
+  end
+  return 1
 end
 return 0
 "#;
 
 /// Commands only ever run from inside the Lua scripts in this bench.
-const LUA_ONLY: [&str; 4] = ["get", "del", "pttl", "pexpire"];
+const LUA_ONLY: [&str; 6] = ["get", "del", "pttl", "pexpire", "publish", "pubsub|numsub"];
 /// In fenced rows, also the commands inside the acquire's `MULTI`/`EXEC`
 /// (SET, SET, INCR, PEXPIRE) and the `MULTI`: one request is one `EXEC`.
-const INSIDE_FENCED: [&str; 7] = ["get", "del", "pttl", "pexpire", "set", "incr", "multi"];
+const INSIDE_FENCED: [&str; 9] = [
+    "get",
+    "del",
+    "pttl",
+    "pexpire",
+    "publish",
+    "pubsub|numsub",
+    "set",
+    "incr",
+    "multi",
+];
 
 /// Contention rows: tasks (one fenced client each) on one resource, the
 /// retry pacing, and whether node 4 is paused for part of the window.
@@ -403,6 +418,8 @@ async fn floor_del(
         .arg(1)
         .arg(key)
         .arg(value)
+        // The notice id the crate publishes with a release.
+        .arg("0000000000000000")
         .query_async(&mut conn)
         .await
 }

@@ -16,12 +16,14 @@ use crate::fanout::{all_nodes, FanOut, NodeSet, Settled};
 use crate::fence::{merge, FencingToken};
 use crate::guard::{Lease, LockGuard};
 use crate::node::Node;
+use crate::notify::{Place, Waits};
 use crate::quorum::{quorum, Decision, Tally};
 use crate::request::LockRequest;
 use crate::resource::{fence_key, lock_key, lock_value, validate};
 use crate::scripts::{EXTEND, RELEASE, WRITE_BACK};
 use crate::stats::{Counters, Event, Stats};
 use crate::validity::{node_budget, validity, Ttl, TtlProblem};
+use crate::watchdog::{AutoExtend, Schedule, Watchdog};
 
 /// A handle to a set of independent Redis masters. Cheap to clone (one
 /// `Arc`); clones share the node connections. Build it once at startup with
@@ -38,6 +40,8 @@ struct Inner {
     /// in Redis can be traced back to a process.
     id: uuid::Uuid,
     counters: Counters,
+    /// Waiting by notification: queues and subscription connections.
+    waits: Waits,
 }
 
 impl fmt::Debug for Client {
@@ -108,12 +112,14 @@ impl Client {
     }
 
     pub(crate) fn from_parts(nodes: Vec<Arc<Node>>, config: Config) -> Self {
+        let id = uuid::Uuid::new_v4();
         Self {
             inner: Arc::new(Inner {
                 nodes,
                 config,
-                id: uuid::Uuid::new_v4(),
+                id,
                 counters: Counters::default(),
+                waits: Waits::new(&id),
             }),
         }
     }
@@ -218,11 +224,20 @@ impl Client {
     }
 
     /// One Redlock attempt: a fresh value, `SET NX PX` on all N nodes at
-    /// once, decide at the first certain outcome, compute validity.
-    pub(crate) async fn attempt(&self, target: &Target) -> Result<Grant, QuorumFailure> {
+    /// once, decide at the first certain outcome, compute validity. With
+    /// `probe`, each node also reports the key's remaining TTL (`PTTL` in
+    /// the same round trip), so a refused waiter knows when the holder's
+    /// keys run out.
+    pub(crate) async fn attempt(
+        &self,
+        target: &Target,
+        probe: bool,
+    ) -> Result<Grant, QuorumFailure> {
         let mut held = Held {
             key: target.key.clone(),
             value: lock_value(&self.inner.id),
+            notice: rand::random(),
+            granted: false,
             sent: all_nodes(self.nodes()),
             expires_at: Instant::now() + target.ttl.duration(),
         };
@@ -234,7 +249,7 @@ impl Client {
         let round = match &target.fence {
             // Without fencing, a plain SET: a Lua script costs the server
             // ~5× the CPU of the command it wraps.
-            None => {
+            None if !probe => {
                 let mut set = redis::cmd("SET");
                 set.arg(&*held.key)
                     .arg(&*held.value)
@@ -248,6 +263,25 @@ impl Client {
                 })
                 .await
             }
+            // A waiter's retry: the same SET and a PTTL, pipelined (not a
+            // transaction: the PTTL only informs the next wait).
+            None => {
+                let mut pipe = redis::pipe();
+                pipe.cmd("SET")
+                    .arg(&*held.key)
+                    .arg(&*held.value)
+                    .arg("NX")
+                    .arg("PX")
+                    .arg(target.ttl.millis())
+                    .cmd("PTTL")
+                    .arg(&*held.key);
+                let pipe = Arc::new(pipe);
+                self.round(Phase::Acquire, target, |node, settled| {
+                    let pipe = Arc::clone(&pipe);
+                    async move { parse_probed_set(node.run_pipeline(&pipe, &settled).await?) }
+                })
+                .await
+            }
             // With fencing, the same SET NX and the fence's move in one
             // MULTI/EXEC transaction: still one round trip, and about half
             // the server CPU of the same steps as a Lua script.
@@ -258,6 +292,7 @@ impl Client {
                     fence_key,
                     retention,
                     fence_seed(),
+                    probe,
                 ));
                 self.round(Phase::Acquire, target, |node, settled| {
                     let pipe = Arc::clone(&pipe);
@@ -278,6 +313,7 @@ impl Client {
         };
         cleanup.disarm();
         self.inner.counters.count(Event::Acquired);
+        held.granted = true;
         Ok(Grant {
             valid_until: start + target.ttl.duration() - target.drift,
             held,
@@ -480,8 +516,18 @@ impl Client {
         // the release in the background (compare-and-delete is idempotent).
         let mut cleanup = ReleaseOnDrop::new(self, held);
         let mut fan = self.start_release(held);
+        let confirmed = |r: &Result<(), NodeErrorKind>| matches!(r, Ok(()));
+        // With the deletes queued on every connection, this client's own
+        // next waiter may send its attempt at once: on each node it runs
+        // after our delete. That saves it the notice's trip through Redis.
+        fan.send_now(confirmed);
+        if held.granted {
+            self.inner
+                .waits
+                .released_locally(&held.key, &notice_id(held));
+        }
         let wait = Instant::now() + self.inner.config.node_timeout;
-        fan.decide(|r| matches!(r, Ok(())), wait).await;
+        fan.decide(confirmed, wait).await;
         let released = Released {
             confirmed: fan.tally().yes(),
             nodes: fan.tally().nodes(),
@@ -501,12 +547,21 @@ impl Client {
         let deadline = held
             .expires_at
             .max(Instant::now() + self.inner.config.node_timeout);
+        // A failed attempt's cleanup is announced too (to other clients the
+        // lock may now be free: a split vote), marked with this client's
+        // tag so that its own waiters, who know better, ignore it.
+        let notice: Arc<str> = if held.granted {
+            notice_id(held).into()
+        } else {
+            format!("{}{}", self.inner.waits.tag(), notice_id(held)).into()
+        };
         // Releases ignore the settled flag and go through to stalled nodes:
         // the acquire they follow may be queued there.
         FanOut::start(&self.inner.nodes, held.sent, deadline, |node, _settled| {
             let (key, value) = (held.key.clone(), held.value.clone());
+            let notice = notice.clone();
             async move {
-                let args: [&[u8]; 1] = [value.as_bytes()];
+                let args: [&[u8]; 2] = [value.as_bytes(), notice.as_bytes()];
                 parse_flag(
                     node.run_script(&RELEASE, &[&key], &args, &Settled::NEVER, true)
                         .await?,
@@ -525,9 +580,40 @@ impl Client {
         }
     }
 
-    /// Builds a guard from a grant.
-    pub(crate) fn guard(&self, target: &Target, grant: Grant) -> LockGuard {
-        LockGuard::new(self.clone(), Lease::new(target, grant))
+    /// Builds a guard from a grant, with its watchdog when auto-extended.
+    pub(crate) fn guard(
+        &self,
+        target: &Target,
+        grant: Grant,
+        watchdog: Option<Schedule>,
+    ) -> LockGuard {
+        let lease = Lease::new(target, grant, watchdog.is_some());
+        let watchdog = watchdog.map(|s| Watchdog::spawn(self.clone(), lease.clone(), s));
+        LockGuard::new(self.clone(), lease, watchdog)
+    }
+
+    /// The watchdog schedule for `target` under `auto`, checked.
+    pub(crate) fn schedule(&self, target: &Target, auto: &AutoExtend) -> Result<Schedule, Error> {
+        auto.schedule(target, self.node_timeout())
+    }
+
+    /// Whether waiting acquires wait for release notifications.
+    pub(crate) fn wake_on_release(&self) -> bool {
+        self.inner.config.wake_on_release
+    }
+
+    /// Joins the client's wait queue for `target`'s resource.
+    pub(crate) fn wait_place(&self, target: &Target) -> Place {
+        self.inner.waits.join(&self.inner.nodes, &target.key)
+    }
+
+    pub(crate) fn node_timeout(&self) -> Duration {
+        self.inner.config.node_timeout
+    }
+
+    /// The auto-extension requests get unless they say otherwise.
+    pub(crate) fn default_auto_extend(&self) -> Option<AutoExtend> {
+        self.inner.config.auto_extend
     }
 }
 
@@ -537,6 +623,12 @@ impl Client {
 pub(crate) struct Held {
     pub(crate) key: Arc<str>,
     pub(crate) value: Arc<str>,
+    /// Public id of this acquisition, published with its release (the value
+    /// is secret: it authorises release).
+    pub(crate) notice: u64,
+    /// Whether the lock was granted (a guard's release) or this is the
+    /// cleanup of a failed attempt.
+    pub(crate) granted: bool,
     pub(crate) sent: NodeSet,
     pub(crate) expires_at: Instant,
 }
@@ -548,6 +640,11 @@ struct Round<T> {
     outcome: Result<Instant, QuorumFailure>,
     sent: NodeSet,
     values: Vec<(usize, T)>,
+}
+
+/// The public id of an acquisition, published with its release.
+fn notice_id(held: &Held) -> String {
+    format!("{:016x}", held.notice)
 }
 
 /// Sends a release everywhere when dropped while armed.
@@ -643,6 +740,7 @@ fn parse_set(reply: Value) -> Result<(), NodeErrorKind> {
 /// SET fence seed NX PX retention     -- a fence for a resource that has none
 /// INCR fence                         -- every attempt moves it, granted or not
 /// PEXPIRE fence retention            -- kept for the retention after last use
+/// [PTTL lock]                        -- a waiter's retry: the holder's TTL
 /// EXEC
 /// ```
 ///
@@ -656,6 +754,7 @@ fn fenced_acquire(
     fence_key: &str,
     retention_ms: &str,
     seed: u64,
+    probe: bool,
 ) -> redis::Pipeline {
     let mut pipe = redis::pipe();
     pipe.atomic()
@@ -678,6 +777,9 @@ fn fenced_acquire(
         .arg(fence_key)
         .arg(retention_ms)
         .ignore();
+    if probe {
+        pipe.cmd("PTTL").arg(&*held.key);
+    }
     pipe
 }
 
@@ -705,12 +807,43 @@ fn parse_fenced(reply: Value) -> Result<u64, NodeErrorKind> {
         return Err(unexpected(reply));
     };
     match items.as_slice() {
-        [set, Value::Int(fence)] if *fence > 0 => match parse_set(set.clone()) {
-            Ok(()) => Ok(fence.unsigned_abs()),
+        [set, Value::Int(fence), rest @ ..] if *fence > 0 && rest.len() <= 1 => {
+            match (parse_set(set.clone()), rest.first()) {
+                (Ok(()), _) => Ok(fence.unsigned_abs()),
+                (Err(NodeErrorKind::HeldByOther { .. }), Some(pttl)) => Err(held_for(pttl)?),
+                (Err(e), _) => Err(e),
+            }
+        }
+        _ => Err(unexpected(Value::Array(items))),
+    }
+}
+
+/// The plain acquire with a `PTTL`: `[SET reply, PTTL reply]`.
+fn parse_probed_set(reply: Value) -> Result<u64, NodeErrorKind> {
+    let Value::Array(items) = reply else {
+        return Err(unexpected(reply));
+    };
+    match items.as_slice() {
+        [set, pttl] => match parse_set(set.clone()) {
+            Ok(()) => Ok(0),
+            Err(NodeErrorKind::HeldByOther { .. }) => Err(held_for(pttl)?),
             Err(e) => Err(e),
         },
         _ => Err(unexpected(Value::Array(items))),
     }
+}
+
+/// `HeldByOther` with the holder's remaining TTL from a `PTTL` reply: -1 is
+/// a key without expiry (never frees), -2 a key gone since the `SET` (free
+/// now).
+fn held_for(pttl: &Value) -> Result<NodeErrorKind, NodeErrorKind> {
+    let expires_in = match pttl {
+        Value::Int(-2) => Some(Duration::ZERO),
+        Value::Int(ms) if *ms >= 0 => Some(Duration::from_millis(ms.unsigned_abs())),
+        Value::Int(_) => None,
+        other => return Err(unexpected(other.clone())),
+    };
+    Ok(NodeErrorKind::HeldByOther { expires_in })
 }
 
 /// 1 done; 0 not held by us.
@@ -829,10 +962,12 @@ mod tests {
         let held = Held {
             key: "redfence:lock:r".into(),
             value: "v".into(),
+            notice: 7,
+            granted: false,
             sent: 1,
             expires_at: Instant::now(),
         };
-        let pipe = fenced_acquire(&held, 5000, "redfence:fence:r", "86400000", 42);
+        let pipe = fenced_acquire(&held, 5000, "redfence:fence:r", "86400000", 42, false);
         let packed = String::from_utf8(pipe.get_packed_pipeline()).unwrap();
         let words: Vec<&str> = packed
             .split("\r\n")

@@ -15,6 +15,7 @@ use crate::retry::Retry;
 /// than a handful of masters buys nothing anyway.
 pub const MAX_NODES: usize = 64;
 use crate::validity::DriftFactor;
+use crate::watchdog::AutoExtend;
 
 /// Builds a [`Client`]. Every setter documents its default; `build`
 /// validates everything and connects to nothing (nodes are connected on first
@@ -32,6 +33,8 @@ pub struct Builder {
     retry: Retry,
     fencing: bool,
     fence_retention: Duration,
+    auto_extend: Option<AutoExtend>,
+    wake_on_release: bool,
 }
 
 /// The default of [`Builder::fence_retention`]: one day.
@@ -47,6 +50,8 @@ pub(crate) struct Config {
     pub(crate) retry: Retry,
     /// `Some(retention)` when acquisitions hand out fencing tokens.
     pub(crate) fencing: Option<Duration>,
+    pub(crate) auto_extend: Option<AutoExtend>,
+    pub(crate) wake_on_release: bool,
 }
 
 impl Builder {
@@ -66,6 +71,8 @@ impl Builder {
             retry: Retry::new(),
             fencing: true,
             fence_retention: DEFAULT_FENCE_RETENTION,
+            auto_extend: None,
+            wake_on_release: true,
         }
     }
 
@@ -153,6 +160,31 @@ impl Builder {
         self
     }
 
+    /// Extend every lock automatically while its guard lives, unless the
+    /// request says otherwise ([`LockRequest::auto_extend`],
+    /// [`LockRequest::manual_extend`]). Defaults to off: a lock lasts its
+    /// TTL unless extended.
+    ///
+    /// [`LockRequest::auto_extend`]: crate::LockRequest::auto_extend
+    /// [`LockRequest::manual_extend`]: crate::LockRequest::manual_extend
+    pub fn auto_extend(mut self, auto: AutoExtend) -> Self {
+        self.auto_extend = Some(auto);
+        self
+    }
+
+    /// Whether a waiting acquire sleeps until the holder's release is
+    /// announced (a `PUBLISH` from the release script, heard on one shared
+    /// subscription connection per node) instead of polling. The wait still
+    /// ends at the holder's remaining TTL, or after the retry policy's
+    /// jittered delay as a fallback, and never after the deadline. Within
+    /// one client, only the longest-waiting request per resource retries on
+    /// a release; the others queue behind it. Defaults to `true`; `false`
+    /// polls under the retry policy alone.
+    pub fn wake_on_release(mut self, enabled: bool) -> Self {
+        self.wake_on_release = enabled;
+        self
+    }
+
     /// Validates the settings and builds the client. Does not connect.
     pub fn build(self) -> Result<Client, ConfigError> {
         if self.urls.is_empty() {
@@ -210,6 +242,8 @@ impl Builder {
             key_prefix: self.key_prefix,
             retry: self.retry,
             fencing: self.fencing.then_some(self.fence_retention),
+            auto_extend: self.auto_extend,
+            wake_on_release: self.wake_on_release,
         };
         Ok(Client::from_parts(nodes, config))
     }

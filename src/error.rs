@@ -5,6 +5,8 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::lost::LostLock;
+
 /// A configuration problem found by [`Builder::build`](crate::Builder::build).
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -344,6 +346,21 @@ pub enum Error {
     /// not released: it stays held until its previous validity runs out.
     #[error("{0}")]
     ExtendFailed(Box<QuorumFailure>),
+    /// The lock was acquired but lost while held: the watchdog could not
+    /// keep it ([`LockRequest::run`](crate::LockRequest::run) with
+    /// auto-extension cancels the closure's future and returns this), or an
+    /// extend was asked of a lease already reported lost. Distinct from
+    /// [`NotAcquired`](Self::NotAcquired): work may have started under the
+    /// lock.
+    #[error("{0}")]
+    LockLost(Box<LostLock>),
+    /// The auto-extension settings do not fit the lock request (an interval
+    /// of zero, or too long to extend before the validity ends).
+    #[error("invalid auto-extension: {reason}")]
+    InvalidAutoExtend {
+        /// Why it was refused.
+        reason: &'static str,
+    },
 }
 
 impl Error {
@@ -365,6 +382,19 @@ impl Error {
     pub fn is_contended(&self) -> bool {
         self.quorum_failure()
             .is_some_and(|q| q.reason == FailureReason::Contended)
+    }
+
+    /// The loss behind [`Error::LockLost`].
+    pub fn lost_lock(&self) -> Option<&LostLock> {
+        match self {
+            Error::LockLost(lost) => Some(lost),
+            _ => None,
+        }
+    }
+
+    /// True when a held lock was lost ([`Error::LockLost`]).
+    pub fn is_lost(&self) -> bool {
+        matches!(self, Error::LockLost(_))
     }
 
     /// True when failing nodes (not other owners) prevented a majority.

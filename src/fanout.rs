@@ -132,7 +132,14 @@ impl<T: Send + Default + 'static> FanOut<T> {
                 tally.record(yes);
                 continue;
             }
-            let fut = op(Arc::clone(node), settled.clone());
+            // Unconstrained by tokio's cooperative budget: a task that used
+            // up its budget would otherwise get `Pending` from the
+            // connection queue's `send` on its first poll, although there is
+            // room, and its command would be queued later than the ordering
+            // rule above assumes (a release then trailing the notice it
+            // caused on another node, or a straggler behind a later
+            // release). The futures are small; none loops.
+            let fut = tokio::task::unconstrained(op(Arc::clone(node), settled.clone()));
             pending.push(Box::pin(async move { (i, fut.await) }) as NodeFuture<T>);
         }
         Self {
@@ -166,16 +173,42 @@ impl<T: Send + Default + 'static> FanOut<T> {
             let Some((index, result)) = next else {
                 break;
             };
-            self.tally.record(is_yes(&result));
-            if let Some(slot) = self.answers.get_mut(index) {
-                *slot = Some(result);
-            }
+            self.record(index, result, &is_yes);
         }
         if self.tally.decision() == Decision::Pending && Instant::now() >= self.deadline {
             self.expire();
         }
         self.settle();
         self.tally.decision()
+    }
+
+    fn record(
+        &mut self,
+        index: usize,
+        result: Result<T, NodeErrorKind>,
+        is_yes: &impl Fn(&Result<T, NodeErrorKind>) -> bool,
+    ) {
+        self.tally.record(is_yes(&result));
+        if let Some(slot) = self.answers.get_mut(index) {
+            *slot = Some(result);
+        }
+    }
+
+    /// Polls every request once, now: each queues its command on its node's
+    /// connection (they do on their first poll; see `Node::ready`), so a
+    /// command the caller queues after this on the same connections runs
+    /// after them on every node. [`decide`](Self::decide) then waits as
+    /// usual.
+    pub(crate) fn send_now(&mut self, is_yes: impl Fn(&Result<T, NodeErrorKind>) -> bool) {
+        let waker = futures::task::noop_waker();
+        let mut cx = std::task::Context::from_waker(&waker);
+        // A wake-up registered with the no-op waker is not lost: the
+        // request stays in the set's ready queue, and `decide` polls it.
+        while let std::task::Poll::Ready(Some((index, result))) =
+            self.pending.poll_next_unpin(&mut cx)
+        {
+            self.record(index, result, &is_yes);
+        }
     }
 
     /// The node deadline passed: every unanswered node is a timeout.

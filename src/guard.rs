@@ -2,28 +2,40 @@
 //! to code running under it.
 
 use std::fmt;
-use std::sync::{Arc, Mutex};
+use std::future::Future;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::client::{Client, Grant, Held, Released, Target};
-use crate::error::Error;
-use crate::fence::FencingToken;
+use tokio::sync::watch;
 use tracing::Instrument;
 
-/// Shared between a guard and the lease views it hands out. The deadline
-/// and expiry move when an extend succeeds; a std Mutex, because it is only
-/// read or written, never held across an await.
+use crate::client::{Client, Grant, Held, Released, Target};
+use crate::error::{Error, QuorumFailure};
+use crate::fence::FencingToken;
+use crate::lost::{LossReason, LostLock};
+use crate::watchdog::Watchdog;
+
+/// Shared between a guard, the lease views it hands out and its watchdog.
+/// The status is a watch channel so that [`Lease::lost`] futures wake when
+/// the deadline moves or a loss is recorded; nothing holds its lock across
+/// an await.
 struct LeaseState {
     resource: Arc<str>,
     token: Option<FencingToken>,
-    times: Mutex<Times>,
+    status: watch::Sender<Status>,
     held: Held,
 }
 
-#[derive(Clone, Copy)]
-struct Times {
+#[derive(Clone)]
+struct Status {
     valid_until: Instant,
     expires_at: Instant,
+    /// Set once, by the first loss recorded (watchdog, release); final.
+    lost: Option<LostLock>,
+    /// What running out of validity is called: `Expired` without a
+    /// watchdog, `Unreachable` while one runs (it failed to extend in
+    /// time), `HoldLimit` once it stopped at its bound.
+    ending: LossReason,
 }
 
 /// A read-only view of a held lock: its resource and how long it can still
@@ -46,15 +58,22 @@ impl fmt::Debug for Lease {
 }
 
 impl Lease {
-    pub(crate) fn new(target: &Target, grant: Grant) -> Self {
+    pub(crate) fn new(target: &Target, grant: Grant, watched: bool) -> Self {
+        let (status, _) = watch::channel(Status {
+            valid_until: grant.valid_until,
+            expires_at: grant.held.expires_at,
+            lost: None,
+            ending: if watched {
+                LossReason::Unreachable
+            } else {
+                LossReason::Expired
+            },
+        });
         Self {
             state: Arc::new(LeaseState {
                 resource: target.resource.clone(),
                 token: grant.token,
-                times: Mutex::new(Times {
-                    valid_until: grant.valid_until,
-                    expires_at: grant.held.expires_at,
-                }),
+                status,
                 held: grant.held,
             }),
         }
@@ -79,7 +98,7 @@ impl Lease {
     /// The instant, on this process's monotonic clock, after which the lock
     /// must be assumed lost: acquire (or last extend) start + TTL − drift.
     pub fn valid_until(&self) -> Instant {
-        self.times().valid_until
+        self.status().valid_until
     }
 
     /// Time left before [`valid_until`](Self::valid_until); zero once past.
@@ -88,29 +107,101 @@ impl Lease {
         self.valid_until().saturating_duration_since(Instant::now())
     }
 
-    /// Whether any validity is left.
+    /// Whether any validity is left and no loss was recorded.
     pub fn is_valid(&self) -> bool {
-        !self.validity().is_zero()
+        !self.validity().is_zero() && self.state.status.borrow().lost.is_none()
     }
 
-    fn times(&self) -> Times {
-        *self.state.times.lock().unwrap_or_else(|p| p.into_inner())
+    /// The recorded loss, if the lease has been reported lost (by its
+    /// watchdog, or because the guard was released). A lease whose validity
+    /// merely ran out has no recorded loss, but [`is_valid`](Self::is_valid)
+    /// is false and [`lost`](Self::lost) resolves at once.
+    pub fn loss(&self) -> Option<LostLock> {
+        self.state.status.borrow().lost.clone()
+    }
+
+    /// Resolves when the lease ends without the holder's choice or with it:
+    /// the watchdog found the lock gone or could not extend it in time, the
+    /// validity ran out, or the guard was released. A task doing work under
+    /// the lock can `select!` on it and stop at once; the result says why
+    /// and how much validity was left when the loss became certain.
+    ///
+    /// The future owns what it needs (`'static`): it can be moved into a
+    /// spawned task. It never resolves early; with a watchdog it resolves
+    /// before the validity the client last computed runs out (within one
+    /// node timeout of it), or at it when the task was starved.
+    pub fn lost(&self) -> impl Future<Output = LostLock> + Send + 'static {
+        let lease = self.clone();
+        async move {
+            let mut rx = lease.state.status.subscribe();
+            loop {
+                let (valid_until, ending) = {
+                    let status = rx.borrow_and_update();
+                    if let Some(lost) = &status.lost {
+                        return lost.clone();
+                    }
+                    (status.valid_until, status.ending)
+                };
+                if valid_until <= Instant::now() {
+                    return lease.lost_lock(ending, None);
+                }
+                tokio::select! {
+                    // The sender lives in the state we hold: never closed.
+                    _ = rx.changed() => {}
+                    () = tokio::time::sleep_until(valid_until.into()) => {}
+                }
+            }
+        }
+    }
+
+    fn status(&self) -> watch::Ref<'_, Status> {
+        self.state.status.borrow()
     }
 
     /// What extend and release need, with the current expiry.
-    fn held(&self) -> Held {
+    pub(crate) fn held(&self) -> Held {
         Held {
-            expires_at: self.times().expires_at,
+            expires_at: self.status().expires_at,
             ..self.state.held.clone()
         }
     }
 
-    fn extended(&self, valid_until: Instant, expires_at: Instant) {
-        let mut times = self.state.times.lock().unwrap_or_else(|p| p.into_inner());
-        times.valid_until = valid_until;
-        // Nodes that missed this extend keep the old expiry: a release must
-        // outlive whichever is later.
-        times.expires_at = times.expires_at.max(expires_at);
+    pub(crate) fn extended(&self, valid_until: Instant, expires_at: Instant) {
+        self.state.status.send_modify(|s| {
+            s.valid_until = valid_until;
+            // Nodes that missed this extend keep the old expiry: a release
+            // must outlive whichever is later.
+            s.expires_at = s.expires_at.max(expires_at);
+        });
+    }
+
+    /// Records a loss, unless one is already recorded (the first is final).
+    pub(crate) fn lose(&self, reason: LossReason, failure: Option<Box<QuorumFailure>>) {
+        let lost = self.lost_lock(reason, failure);
+        self.state.status.send_if_modified(|s| {
+            if s.lost.is_some() {
+                return false;
+            }
+            tracing::debug!(resource = %self.resource(), %reason, validity_left = ?lost.validity_left, "lease lost");
+            s.lost = Some(lost);
+            true
+        });
+    }
+
+    /// What running out of validity will be reported as.
+    pub(crate) fn set_ending(&self, ending: LossReason) {
+        self.state.status.send_modify(|s| s.ending = ending);
+    }
+
+    fn lost_lock(&self, reason: LossReason, failure: Option<Box<QuorumFailure>>) -> LostLock {
+        LostLock {
+            resource: self.resource().to_owned(),
+            token: self.token(),
+            reason,
+            at: Instant::now(),
+            validity_left: self.validity(),
+            failure,
+        }
     }
 }
 
@@ -119,10 +210,15 @@ impl Lease {
 /// tokio runtime (never blocking, never panicking). Either way the TTL is
 /// the real guarantee: if the release cannot reach a node, the key there
 /// expires on its own.
+///
+/// With [auto-extension](crate::AutoExtend) the guard owns the watchdog
+/// task: releasing or dropping the guard stops it before the release is
+/// sent.
 #[must_use = "dropping the guard releases the lock at once"]
 pub struct LockGuard {
     client: Client,
     lease: Lease,
+    watchdog: Option<Watchdog>,
     released: bool,
 }
 
@@ -130,16 +226,18 @@ impl fmt::Debug for LockGuard {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("LockGuard")
             .field("lease", &self.lease)
+            .field("auto_extend", &self.watchdog.is_some())
             .field("released", &self.released)
             .finish()
     }
 }
 
 impl LockGuard {
-    pub(crate) fn new(client: Client, lease: Lease) -> Self {
+    pub(crate) fn new(client: Client, lease: Lease, watchdog: Option<Watchdog>) -> Self {
         Self {
             client,
             lease,
+            watchdog,
             released: false,
         }
     }
@@ -170,13 +268,28 @@ impl LockGuard {
         self.lease.clone()
     }
 
+    /// Whether the lock was extended automatically.
+    pub fn is_auto_extended(&self) -> bool {
+        self.watchdog.is_some()
+    }
+
+    /// Resolves when the lease is lost; see [`Lease::lost`].
+    pub fn lost(&self) -> impl Future<Output = LostLock> + Send + 'static {
+        self.lease.lost()
+    }
+
     /// Resets the lock's TTL to `ttl` on a majority of all N nodes and
     /// returns the new validity, computed from this extend's start.
     ///
     /// On failure ([`Error::ExtendFailed`], with per-node detail) nothing is
     /// deleted and the previous validity still stands: the lock expires on
-    /// its old schedule unless a later extend succeeds.
+    /// its old schedule unless a later extend succeeds. A lease already
+    /// reported lost ([`Lease::loss`]) is not extended:
+    /// [`Error::LockLost`], without a round trip.
     pub async fn extend(&self, ttl: Duration) -> Result<Duration, Error> {
+        if let Some(lost) = self.lease.loss() {
+            return Err(Error::LockLost(Box::new(lost)));
+        }
         let span = tracing::debug_span!("extend", resource = %self.resource(), ?ttl);
         let (valid_until, expires_at) = self
             .client
@@ -197,9 +310,13 @@ impl LockGuard {
     /// expired and was taken by someone else is left alone) and reports how
     /// many nodes confirmed. Returns as soon as a majority confirmed (or
     /// could no longer confirm), and after at most one node timeout; see
-    /// [`Released::pending`].
+    /// [`Released::pending`]. The watchdog, if any, is stopped first.
     pub async fn release(mut self) -> Released {
         self.released = true;
+        if let Some(watchdog) = self.watchdog.take() {
+            watchdog.stop().await;
+        }
+        self.lease.lose(LossReason::Released, None);
         let span = tracing::debug_span!("release", resource = %self.resource());
         let released = self
             .client
@@ -220,8 +337,23 @@ impl LockGuard {
 
 impl Drop for LockGuard {
     fn drop(&mut self) {
-        if !self.released {
+        if self.released {
+            return;
+        }
+        self.lease.lose(LossReason::Released, None);
+        let Some(stopping) = self.watchdog.take().and_then(Watchdog::abort) else {
             self.client.release_in_background(&self.lease.held());
+            return;
+        };
+        // The release waits for the aborted watchdog to be gone, as in
+        // `release`, and takes the expiry of its last extend. Without a
+        // runtime there is no task to wait for either.
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            let (client, lease) = (self.client.clone(), self.lease.clone());
+            runtime.spawn(async move {
+                let _ = stopping.await;
+                client.release_in_background(&lease.held());
+            });
         }
     }
 }

@@ -72,7 +72,11 @@
 //! - `config`: [`Builder`], defaults and validation.
 //! - `client`: [`Client`]; the acquire, extend and release operations.
 //! - `request`: [`LockRequest`]: acquire, try once, or run a closure under the lock.
-//! - `guard`: [`LockGuard`] and the read-only [`Lease`].
+//! - `guard`: [`LockGuard`] and the read-only [`Lease`], with its lost-lock signal.
+//! - `watchdog`: [`AutoExtend`] and the task that extends a held lock.
+//! - `lost`: [`LostLock`] and [`LossReason`], what the lost-lock signal says.
+//! - `notify`: waiting by notification (release `PUBLISH`, one subscription
+//!   connection per node, a FIFO of waiters per resource).
 //! - `retry`: [`Retry`], the waiting policy as a value.
 //! - `node`: one connection per node, identity checks, per-call deadlines.
 //! - `fanout`: concurrent requests to all nodes with early decision.
@@ -80,6 +84,7 @@
 //! - `fence`: [`FencingToken`] and the token merge (pure; model-checked).
 //! - `store`: [`FencedStore`] on Redis and the [`StoreError`] of every fenced store.
 //! - `postgres` (feature `postgres`): the PostgreSQL fenced store.
+//! - `history` (feature `history`): the fault suite's event log and its checker.
 //! - `stats`: [`Stats`], the client's counters.
 //! - `scripts`: the Lua scripts and EVALSHA with NOSCRIPT fallback.
 //! - `resource`: names, keys and lock values.
@@ -95,7 +100,9 @@ mod error;
 mod fanout;
 mod fence;
 mod guard;
+mod lost;
 mod node;
+mod notify;
 mod quorum;
 mod request;
 mod resource;
@@ -104,9 +111,13 @@ mod scripts;
 mod stats;
 mod store;
 mod validity;
+mod watchdog;
 
 #[cfg(feature = "postgres")]
 pub mod postgres;
+
+#[cfg(feature = "history")]
+pub mod history;
 
 pub use client::{Client, Released};
 pub use config::{Builder, DEFAULT_FENCE_RETENTION, MAX_NODES};
@@ -115,12 +126,14 @@ pub use error::{
 };
 pub use fence::FencingToken;
 pub use guard::{Lease, LockGuard};
+pub use lost::{LossReason, LostLock};
 pub use request::LockRequest;
 pub use resource::{DEFAULT_PREFIX, MAX_PREFIX_LEN, MAX_RESOURCE_LEN};
 pub use retry::Retry;
 pub use stats::Stats;
 pub use store::{Fenced, FencedStore, StaleToken, StoreError, DEFAULT_STORE_TIMEOUT};
 pub use validity::{DRIFT_CONSTANT, MAX_TTL};
+pub use watchdog::AutoExtend;
 
 #[cfg(test)]
 mod tests {

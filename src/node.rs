@@ -182,6 +182,20 @@ impl Node {
         &self.addr
     }
 
+    /// For the subscription connection, which is not multiplexed with the
+    /// lock commands (a subscribed connection accepts no other commands).
+    pub(crate) fn redis_client(&self) -> &redis::Client {
+        &self.client
+    }
+
+    pub(crate) fn connect_timeout(&self) -> Duration {
+        self.timeouts.connect
+    }
+
+    pub(crate) fn backoff_max(&self) -> Duration {
+        self.timeouts.backoff_max
+    }
+
     fn lock_inner(&self) -> std::sync::MutexGuard<'_, Inner> {
         // Nothing panics while holding this lock; recover from poison anyway
         // rather than propagate a panic into the caller.

@@ -9,10 +9,18 @@ use std::time::{Duration, Instant};
 use futures::FutureExt;
 use tracing::Instrument;
 
-use crate::client::Client;
+use crate::client::{Client, Grant, Target};
 use crate::error::{Error, FailureReason, QuorumFailure};
 use crate::guard::{Lease, LockGuard};
+use crate::notify::{free_in, Place};
 use crate::retry::{jitter, Retry};
+use crate::watchdog::AutoExtend;
+
+/// Spread of the retries of clients that wake on a holder's TTL running
+/// out: they all computed about the same instant.
+const EXPIRY_SPREAD: Duration = Duration::from_millis(5);
+/// Widest spread of the retries after a heard release.
+const MAX_RELEASE_SPREAD: Duration = Duration::from_millis(50);
 
 /// A lock request, made by [`Client::lock`]. Nothing is sent until one of
 /// the consuming methods runs.
@@ -23,11 +31,15 @@ pub struct LockRequest {
     resource: String,
     ttl: Duration,
     retry: Retry,
+    auto_extend: Option<AutoExtend>,
+    wake_on_release: bool,
 }
 
 impl LockRequest {
     pub(crate) fn new(client: Client, resource: String, ttl: Duration, retry: Retry) -> Self {
         Self {
+            auto_extend: client.default_auto_extend(),
+            wake_on_release: client.wake_on_release(),
             client,
             resource,
             ttl,
@@ -42,45 +54,195 @@ impl LockRequest {
         self
     }
 
-    /// Acquires the lock, retrying with jittered pauses until the policy's
-    /// deadline or attempt limit. On failure, [`Error::NotAcquired`] carries
-    /// the last attempt's per-node detail and the number of attempts.
+    /// Extend the lock automatically while the guard lives; see
+    /// [`AutoExtend`]. With it, [`run`](Self::run) cancels the closure's
+    /// future when the lock is lost. Defaults to the client's setting
+    /// ([`Builder::auto_extend`](crate::Builder::auto_extend), off unless set).
+    pub fn auto_extend(mut self, auto: AutoExtend) -> Self {
+        self.auto_extend = Some(auto);
+        self
+    }
+
+    /// No auto-extension for this request, whatever the client's default.
+    pub fn manual_extend(mut self) -> Self {
+        self.auto_extend = None;
+        self
+    }
+
+    /// Whether waiting sleeps until a release is heard (`true`) or polls
+    /// under the retry policy (`false`); see
+    /// [`Builder::wake_on_release`](crate::Builder::wake_on_release).
+    /// Defaults to the client's setting (`true` unless set).
+    pub fn wake_on_release(mut self, enabled: bool) -> Self {
+        self.wake_on_release = enabled;
+        self
+    }
+
+    /// Acquires the lock, waiting until the policy's deadline or attempt
+    /// limit. While another owner holds it, the wait ends when the holder's
+    /// release is heard, when its keys' TTL runs out, or after the policy's
+    /// jittered delay (a lost notification never makes the wait longer than
+    /// that), whichever is first; with
+    /// [`wake_on_release(false)`](Self::wake_on_release), after the delay
+    /// only. On failure, [`Error::NotAcquired`] carries the last attempt's
+    /// per-node detail and the number of attempts.
     ///
     /// A configuration problem that retrying cannot fix (wrong password,
     /// a replica, two URLs for one server) on enough nodes to make a
     /// majority impossible ends the wait at once.
     pub async fn acquire(self) -> Result<LockGuard, Error> {
         let target = self.client.target(&self.resource, self.ttl)?;
+        let schedule = self
+            .auto_extend
+            .map(|auto| self.client.schedule(&target, &auto))
+            .transpose()?;
         let span = tracing::debug_span!("acquire", resource = %self.resource, ttl = ?self.ttl);
-        async {
-            let started = Instant::now();
-            let mut attempts = 0u32;
-            loop {
-                attempts += 1;
-                match self.client.attempt(&target).await {
-                    Ok(grant) => {
-                        tracing::debug!(attempts, elapsed = ?started.elapsed(), "acquired");
-                        return Ok(self.client.guard(&target, grant));
-                    }
-                    Err(mut failure) => {
-                        tracing::debug!(attempts, granted = failure.granted, quorum = failure.quorum, reason = %failure.reason, "attempt failed");
-                        let next = if hopeless(&failure) {
-                            None
-                        } else {
-                            self.retry.next_delay(attempts, started.elapsed(), jitter)
-                        };
-                        let Some(pause) = next else {
-                            failure.attempts = attempts;
-                            failure.elapsed = started.elapsed();
-                            return Err(Error::NotAcquired(Box::new(failure)));
-                        };
-                        tokio::time::sleep(pause).await;
-                    }
+        let grant = if self.wake_on_release {
+            self.wait_notified(&target).instrument(span).await
+        } else {
+            self.wait_polling(&target).instrument(span).await
+        };
+        let grant = grant.map_err(|failure| Error::NotAcquired(Box::new(failure)))?;
+        Ok(self.client.guard(&target, grant, schedule))
+    }
+
+    /// Retries after the policy's jittered pauses.
+    async fn wait_polling(&self, target: &Target) -> Result<Grant, QuorumFailure> {
+        let started = Instant::now();
+        let mut attempts = 0u32;
+        loop {
+            attempts += 1;
+            match self.client.attempt(target, false).await {
+                Ok(grant) => {
+                    tracing::debug!(attempts, elapsed = ?started.elapsed(), "acquired");
+                    return Ok(grant);
+                }
+                Err(mut failure) => {
+                    log_failure(attempts, &failure);
+                    let next = if hopeless(&failure) {
+                        None
+                    } else {
+                        self.retry.next_delay(attempts, started.elapsed(), jitter)
+                    };
+                    let Some(pause) = next else {
+                        failure.attempts = attempts;
+                        failure.elapsed = started.elapsed();
+                        return Err(failure);
+                    };
+                    tokio::time::sleep(pause).await;
                 }
             }
         }
-        .instrument(span)
-        .await
+    }
+
+    /// Retries when a release is heard, the holder's TTL ran out, or the
+    /// policy's pause passed; see the `notify` module.
+    async fn wait_notified(&self, target: &Target) -> Result<Grant, QuorumFailure> {
+        let started = Instant::now();
+        let deadline = self.retry.deadline(started);
+        let mut attempts = 0u32;
+        let mut place: Option<Place> = None;
+        // The release counter when this waiter last started an attempt as
+        // head; `None` until it is head.
+        let mut heard: Option<u64> = None;
+        let mut after_release;
+        let mut competitors = 1u64;
+        loop {
+            attempts += 1;
+            heard = place
+                .as_ref()
+                .and_then(Place::head)
+                .map(|h| h.heard)
+                .or(heard);
+            let probe = place.is_some();
+            let attempt_start = Instant::now();
+            let result = self.client.attempt(target, probe).await;
+            // How long an attempt takes: the unit of the spread below.
+            let attempt_time = attempt_start.elapsed();
+            let mut failure = match result {
+                Ok(grant) => {
+                    tracing::debug!(attempts, elapsed = ?started.elapsed(), "acquired");
+                    if let Some(place) = place {
+                        place.acquired(grant.held.expires_at);
+                    }
+                    return Ok(grant);
+                }
+                Err(failure) => failure,
+            };
+            log_failure(attempts, &failure);
+            let now = Instant::now();
+            if hopeless(&failure) || !self.retry.allows_another(attempts) || now >= deadline {
+                failure.attempts = attempts;
+                failure.elapsed = started.elapsed();
+                return Err(failure);
+            }
+            let mut fresh = place.is_none();
+            let place = place.get_or_insert_with(|| self.client.wait_place(target));
+            let fallback = now + self.retry.pause(attempts, jitter);
+            let expiry = match failure.reason {
+                FailureReason::Contended => free_in(
+                    failure.nodes,
+                    failure.quorum,
+                    failure.granted,
+                    &failure.failures,
+                )
+                .map(|d| now + d + jitter(EXPIRY_SPREAD)),
+                _ => None,
+            };
+            let mut wake_at = expiry.map_or(fallback, |e| e.min(fallback)).min(deadline);
+            after_release = false;
+            loop {
+                match place.head() {
+                    Some(head) if heard.is_some_and(|h| h != head.heard) => {
+                        after_release = true;
+                        competitors = head.competitors;
+                        break;
+                    }
+                    Some(head) if heard.is_none() => {
+                        // Just became head (or joined an empty queue): the
+                        // lock is most likely held by the waiter before;
+                        // wait for its release, its expiry, or a fallback
+                        // counted from now (the one computed at this
+                        // waiter's last attempt may be long past).
+                        heard = Some(head.since);
+                        let now = Instant::now();
+                        let fallback = now + self.retry.pause(attempts, jitter);
+                        let holder = head.holder_until.map(|t| t + jitter(EXPIRY_SPREAD));
+                        if !fresh {
+                            wake_at = fallback.min(deadline);
+                        }
+                        wake_at = holder.map_or(wake_at, |h| h.min(wake_at));
+                    }
+                    Some(_) => {}
+                    None => {
+                        heard = None;
+                        fresh = false;
+                    }
+                }
+                let now = Instant::now();
+                let until = if heard.is_some() { wake_at } else { deadline };
+                if now >= until {
+                    break;
+                }
+                place.wait(until).await;
+            }
+            // Every client waiting on this resource heard the release, and
+            // each one's head retries: spread over as many attempt times as
+            // there are other clients, the first retry usually lands alone
+            // instead of splitting the votes with the rest. A lone client
+            // retries at once.
+            if after_release && competitors > 1 {
+                let others = u32::try_from(competitors - 1).unwrap_or(u32::MAX);
+                let spread = attempt_time.saturating_mul(others).min(MAX_RELEASE_SPREAD);
+                tokio::time::sleep_until(deadline.min(Instant::now() + jitter(spread)).into())
+                    .await;
+            }
+            if Instant::now() >= deadline {
+                failure.attempts = attempts;
+                failure.elapsed = started.elapsed();
+                return Err(failure);
+            }
+        }
     }
 
     /// One attempt, no waiting. `Ok(None)` when the lock is held by another
@@ -89,8 +251,12 @@ impl LockRequest {
     /// errors, because skipping on them would skip work nobody is doing.
     pub async fn try_acquire(self) -> Result<Option<LockGuard>, Error> {
         let target = self.client.target(&self.resource, self.ttl)?;
-        match self.client.attempt(&target).await {
-            Ok(grant) => Ok(Some(self.client.guard(&target, grant))),
+        let schedule = self
+            .auto_extend
+            .map(|auto| self.client.schedule(&target, &auto))
+            .transpose()?;
+        match self.client.attempt(&target, false).await {
+            Ok(grant) => Ok(Some(self.client.guard(&target, grant, schedule))),
             Err(failure) if failure.reason == FailureReason::Contended => Ok(None),
             Err(failure) => Err(Error::NotAcquired(Box::new(failure))),
         }
@@ -100,6 +266,13 @@ impl LockRequest {
     /// under the lock, and only then releases, also when `f` returns an
     /// error or panics (the panic is resumed after the release).
     ///
+    /// With [auto-extension](Self::auto_extend), `f`'s future is dropped
+    /// (cancelled at its current await point) as soon as the lease is lost,
+    /// and `run` returns [`Error::LockLost`] with the reason: distinct from
+    /// [`Error::NotAcquired`], because `f` ran for a while under the lock.
+    /// Without it `f` always runs to completion; it can watch
+    /// [`Lease::lost`] itself.
+    ///
     /// If the future returned by `run` is itself dropped mid-way, `f`'s
     /// future is dropped first and the lock is released in the background
     /// after it.
@@ -108,8 +281,22 @@ impl LockRequest {
         F: FnOnce(Lease) -> Fut,
         Fut: Future<Output = T>,
     {
+        let cancel_on_loss = self.auto_extend.is_some();
         let guard = self.acquire().await?;
-        let outcome = AssertUnwindSafe(f(guard.lease())).catch_unwind().await;
+        let lease = guard.lease();
+        let work = AssertUnwindSafe(f(lease.clone())).catch_unwind();
+        let outcome = if cancel_on_loss {
+            let lost = lease.lost();
+            tokio::pin!(work);
+            tokio::select! {
+                // A finished `f` wins a tie: its result is not thrown away.
+                biased;
+                outcome = &mut work => Ok(outcome),
+                lost = lost => Err(lost),
+            }
+        } else {
+            Ok(work.await)
+        };
         let released = guard.release().await;
         if released.confirmed < released.nodes {
             tracing::debug!(
@@ -119,10 +306,21 @@ impl LockRequest {
             );
         }
         match outcome {
-            Ok(value) => Ok(value),
-            Err(panic) => std::panic::resume_unwind(panic),
+            Ok(Ok(value)) => Ok(value),
+            Ok(Err(panic)) => std::panic::resume_unwind(panic),
+            Err(lost) => Err(Error::LockLost(Box::new(lost))),
         }
     }
+}
+
+fn log_failure(attempts: u32, failure: &QuorumFailure) {
+    tracing::debug!(
+        attempts,
+        granted = failure.granted,
+        quorum = failure.quorum,
+        reason = %failure.reason,
+        "attempt failed"
+    );
 }
 
 /// True when the permanent failures (auth, replica, duplicate server) alone

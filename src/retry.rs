@@ -1,7 +1,7 @@
 //! The retry policy of a waiting acquire: a value, not a loop. Pure apart
 //! from drawing jitter.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// How long and how often [`acquire`](crate::LockRequest::acquire) retries a
 /// lock that could not be taken.
@@ -114,12 +114,33 @@ impl Retry {
         spent: Duration,
         draw: impl FnOnce(Duration) -> Duration,
     ) -> Option<Duration> {
-        if self.max_attempts.is_some_and(|max| made >= max) {
+        if !self.allows_another(made) {
             return None;
         }
-        let pause = self.delay.saturating_add(draw(self.window(made)));
+        let pause = self.pause(made, draw);
         let next_start = spent.saturating_add(pause);
         (next_start < self.max_wait).then_some(pause)
+    }
+
+    /// Whether the attempt limit allows another attempt after `made`.
+    pub(crate) fn allows_another(&self, made: u32) -> bool {
+        self.max_attempts.is_none_or(|max| made < max)
+    }
+
+    /// The pause after `made` failed attempts, deadline aside: `delay` plus
+    /// a draw from the random window. Waiting by notification uses it as
+    /// the fallback when no release is heard.
+    pub(crate) fn pause(&self, made: u32, draw: impl FnOnce(Duration) -> Duration) -> Duration {
+        self.delay.saturating_add(draw(self.window(made)))
+    }
+
+    /// The instant `max_wait` after `start` (far in the future when that
+    /// overflows).
+    pub(crate) fn deadline(&self, start: Instant) -> Instant {
+        start
+            .checked_add(self.max_wait)
+            .or_else(|| start.checked_add(Duration::from_secs(365 * 24 * 3600)))
+            .unwrap_or(start)
     }
 }
 

@@ -77,13 +77,25 @@ impl Script {
     }
 }
 
-/// Delete the key only if it still holds our value. Returns 1 when deleted,
-/// 0 when absent or owned by someone else.
+/// Delete the key only if it still holds our value, and announce it to the
+/// clients waiting for it (`notify`): a `PUBLISH` on the channel named like
+/// the key, carrying the acquisition's public notice id (never the value,
+/// which authorises release) and how many clients are subscribed, so each
+/// can spread its retry over that many (`PUBSUB NUMSUB`; nothing is
+/// published when nobody waits). Returns 1 when deleted, 0 when absent or
+/// owned by someone else (nothing announced).
+///
+/// KEYS: lock key. ARGV: value, notice id.
 pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r#"
 if redis.call('GET', KEYS[1]) == ARGV[1] then
-  return redis.call('DEL', KEYS[1])
+  redis.call('DEL', KEYS[1])
+  local waiting = redis.call('PUBSUB', 'NUMSUB', KEYS[1])[2]
+  if waiting > 0 then
+    redis.call('PUBLISH', KEYS[1], ARGV[2] .. ':' .. waiting)
+  end
+  return 1
 end
 return 0
 "#,

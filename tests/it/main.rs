@@ -11,6 +11,9 @@ mod errors;
 mod faults;
 mod fencing;
 mod helpers;
+mod lifecycle;
 mod modes;
 #[cfg(feature = "postgres")]
 mod postgres;
+mod proxy;
+mod waiting;

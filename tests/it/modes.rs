@@ -178,12 +178,26 @@ async fn held_is_contended(n: usize) {
     assert!(q.attempts > 1, "{err}");
     assert!(q.failures.len() > n - q.quorum, "{err}");
     for f in &q.failures {
-        // Acquire is a plain SET NX, so the holder's TTL is not reported.
+        // A waiter's retries ask for the holder's TTL in the same round
+        // trip (it wakes when the keys run out).
         match &f.kind {
-            NodeErrorKind::HeldByOther { expires_in: None } => {}
+            NodeErrorKind::HeldByOther {
+                expires_in: Some(left),
+            } if *left <= secs(10) => {}
             other => panic!("unexpected failure {other:?} in {err}"),
         }
     }
+    // A single try does not ask.
+    let err = other
+        .lock("held", secs(10))
+        .retry(Retry::once())
+        .acquire()
+        .await
+        .unwrap_err();
+    assert!(err
+        .node_failures()
+        .iter()
+        .all(|f| matches!(f.kind, NodeErrorKind::HeldByOther { expires_in: None })));
     // Nothing of ours was left behind, and the holder's keys are intact.
     assert!(
         eventually(secs(2), || cluster.count_keys(LOCK_KEYS) == vec![1; n]).await,

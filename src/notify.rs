@@ -1,0 +1,591 @@
+//! Waiting by notification: a blocking acquire that finds the lock taken
+//! sleeps until the holder's release is announced, instead of polling.
+//!
+//! - The release script `PUBLISH`es on the lock key's name (a channel, not a
+//!   key) on every node where it deleted the key, with a per-acquisition
+//!   notice id as payload; the up to N copies of one release are counted
+//!   once.
+//! - Each client keeps **one** subscription connection per node, shared by
+//!   all its waiters, driven by one task per node ([`Subscriber`]) that the
+//!   client owns. Channels are subscribed while a resource has waiters.
+//! - Waiters on one resource form a FIFO queue per client. Only the head
+//!   retries when a release is heard, so one release costs one attempt per
+//!   waiting *client*, not per waiting task: no herd. When the head gets the
+//!   lock the next waiter becomes head and waits for *that* holder's
+//!   release.
+//! - A release can be missed (subscribed too late, a node paused or down):
+//!   the head also retries when the holder's remaining TTL has run out on a
+//!   majority (from `PTTL`, sent with every retry attempt), and after the
+//!   retry policy's jittered delay as a fallback. Nothing waits past the
+//!   acquire's deadline.
+//!
+//! The pure part, when the holder's keys free a majority, is [`free_in`].
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use tokio::sync::{mpsc, Notify};
+use tokio::task::JoinHandle;
+
+use crate::error::{NodeErrorKind, NodeFailure};
+use crate::node::Node;
+
+/// Notice ids remembered per resource to count a release once although it
+/// is published on up to N nodes. Copies of one release arrive within a
+/// round trip of each other; a few dozen releases apart is far enough.
+const RECENT_NOTICES: usize = 32;
+
+/// Pauses between reconnects of a subscription connection.
+const RESUBSCRIBE_MIN: Duration = Duration::from_millis(25);
+
+/// When the lock held by another owner frees a majority, from the attempt's
+/// per-node answers: nodes that granted us (released since) and nodes that
+/// reported the holder's remaining TTL are known; the others (failed, or not
+/// heard before the decision) count as never. `None` when fewer than a
+/// quorum are known to free.
+pub(crate) fn free_in(
+    nodes: usize,
+    quorum: usize,
+    granted: usize,
+    failures: &[NodeFailure],
+) -> Option<Duration> {
+    let mut known: Vec<Duration> = std::iter::repeat_n(Duration::ZERO, granted)
+        .chain(failures.iter().filter_map(|f| match f.kind {
+            NodeErrorKind::HeldByOther { expires_in } => expires_in,
+            _ => None,
+        }))
+        .take(nodes)
+        .collect();
+    if known.len() < quorum {
+        return None;
+    }
+    known.sort_unstable();
+    known.get(quorum - 1).copied()
+}
+
+/// The client's waiting state: queues per resource and the per-node
+/// subscription tasks, which are aborted when this is dropped (with the
+/// client's last clone).
+#[derive(Debug, Default)]
+pub(crate) struct Waits {
+    shared: Arc<Shared>,
+    tasks: OnceLock<Vec<JoinHandle<()>>>,
+}
+
+#[derive(Debug, Default)]
+struct Shared {
+    /// Prefix of this client's cleanup notices (`{tag}{id}`), which its own
+    /// waiters ignore: a failed attempt of this client freeing its partial
+    /// grants says nothing about the holder this client waits for, and
+    /// waking on it would make a head retry after each of its own failures.
+    tag: String,
+    /// A std Mutex: held for map and queue updates only, never across an
+    /// await.
+    queues: Mutex<HashMap<Arc<str>, Queue>>,
+    /// Commands to the per-node subscription tasks.
+    senders: OnceLock<Vec<mpsc::UnboundedSender<Command>>>,
+}
+
+#[derive(Debug, Default)]
+struct Queue {
+    /// Waiters in arrival order; the first is the head.
+    waiters: VecDeque<(u64, Arc<Notify>)>,
+    /// Releases heard (and subscription confirmations, which stand for any
+    /// release missed before them). The head retries when it moves.
+    heard: u64,
+    recent: VecDeque<Arc<str>>,
+    /// Clients subscribed to the resource on the node of the last release
+    /// heard (us included): how many heads may be retrying at once.
+    competitors: u64,
+    /// `heard` when the current head became head: releases heard after it
+    /// are for the head, even if it only looks later.
+    head_since: u64,
+    /// Whether some node confirmed the subscription.
+    subscribed: bool,
+    /// Expiry of the keys of the last local waiter that got the lock: the
+    /// next head's TTL wake-up.
+    holder_until: Option<Instant>,
+    next_id: u64,
+}
+
+#[derive(Debug)]
+enum Command {
+    Subscribe(Arc<str>),
+    Unsubscribe(Arc<str>),
+}
+
+impl Drop for Waits {
+    fn drop(&mut self) {
+        for task in self.tasks.get().into_iter().flatten() {
+            task.abort();
+        }
+    }
+}
+
+impl Waits {
+    /// Waiting state of the client with id `client`.
+    pub(crate) fn new(client: &uuid::Uuid) -> Self {
+        let mut tag = client.simple().to_string();
+        tag.truncate(8);
+        tag.push('/');
+        Self {
+            shared: Arc::new(Shared {
+                tag,
+                ..Shared::default()
+            }),
+            tasks: OnceLock::new(),
+        }
+    }
+
+    /// This client released lock key `key` (its deletes are queued on
+    /// every connection): its own head may retry at once. The copies of
+    /// the notice that come back from Redis are then counted as already
+    /// heard.
+    pub(crate) fn released_locally(&self, key: &str, notice: &str) {
+        self.shared.heard(key, &format!("{notice}:1"));
+    }
+
+    /// The prefix of this client's cleanup notices.
+    pub(crate) fn tag(&self) -> &str {
+        &self.shared.tag
+    }
+
+    /// Joins the queue of lock key `key`, subscribing when the queue is new.
+    /// Starts the subscription tasks on first use.
+    pub(crate) fn join(&self, nodes: &[Arc<Node>], key: &Arc<str>) -> Place {
+        self.start(nodes);
+        let notify = Arc::new(Notify::new());
+        let (id, created) = {
+            let mut queues = self.shared.lock();
+            let created = !queues.contains_key(key);
+            let queue = queues.entry(key.clone()).or_default();
+            let id = queue.next_id;
+            queue.next_id += 1;
+            queue.waiters.push_back((id, notify.clone()));
+            (id, created)
+        };
+        if created {
+            self.shared.command(|| Command::Subscribe(key.clone()));
+        }
+        Place {
+            shared: self.shared.clone(),
+            key: key.clone(),
+            id,
+            notify,
+        }
+    }
+
+    fn start(&self, nodes: &[Arc<Node>]) {
+        self.tasks.get_or_init(|| {
+            let (senders, tasks) = nodes
+                .iter()
+                .map(|node| {
+                    let (tx, rx) = mpsc::unbounded_channel();
+                    let task =
+                        tokio::spawn(subscriber(node.clone(), Arc::downgrade(&self.shared), rx));
+                    (tx, task)
+                })
+                .unzip();
+            let _ = self.shared.senders.set(senders);
+            tasks
+        });
+    }
+
+    /// Subscription connections currently wanted per node (for tests and
+    /// stats): resources with waiters.
+    #[cfg(test)]
+    fn queues(&self) -> usize {
+        self.shared.lock().len()
+    }
+}
+
+/// Nothing panics while holding these locks; recover from poison anyway.
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Shared {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Arc<str>, Queue>> {
+        lock(&self.queues)
+    }
+
+    fn command(&self, make: impl Fn() -> Command) {
+        for tx in self.senders.get().into_iter().flatten() {
+            // A closed channel means the client is being dropped.
+            let _ = tx.send(make());
+        }
+    }
+
+    /// A release of `key` was heard. The payload is `{notice}:{clients}`:
+    /// the notice identifies the release across nodes, `clients` is how
+    /// many clients were subscribed on the publishing node.
+    fn heard(&self, key: &str, payload: &str) {
+        if !self.tag.is_empty() && payload.starts_with(&self.tag) {
+            return;
+        }
+        let (notice, clients) = match payload.rsplit_once(':') {
+            Some((notice, clients)) => (notice, clients.parse().unwrap_or(1)),
+            None => (payload, 1),
+        };
+        let mut queues = self.lock();
+        let Some(queue) = queues.get_mut(key) else {
+            return;
+        };
+        if queue.recent.iter().any(|n| **n == *notice) {
+            queue.competitors = queue.competitors.max(clients);
+            return;
+        }
+        let notice: Arc<str> = notice.into();
+        queue.competitors = clients;
+        if queue.recent.len() == RECENT_NOTICES {
+            queue.recent.pop_front();
+        }
+        queue.recent.push_back(notice);
+        queue.wake_head();
+    }
+
+    /// A node confirmed the subscription of `key`. The first confirmation
+    /// (and any after a reconnect) counts as a release heard: one may have
+    /// happened between the waiter's failed attempt and the subscription.
+    fn confirmed(&self, key: &str, reconnected: bool) {
+        let mut queues = self.lock();
+        if let Some(queue) = queues.get_mut(key) {
+            if !queue.subscribed || reconnected {
+                queue.subscribed = true;
+                queue.wake_head();
+            }
+        }
+    }
+}
+
+impl Queue {
+    fn wake_head(&mut self) {
+        self.heard += 1;
+        if let Some((_, notify)) = self.waiters.front() {
+            notify.notify_one();
+        }
+    }
+}
+
+/// A waiter's place in its resource's queue. Dropping it leaves the queue
+/// (the next waiter becomes head; the last one unsubscribes).
+#[derive(Debug)]
+pub(crate) struct Place {
+    shared: Arc<Shared>,
+    key: Arc<str>,
+    id: u64,
+    notify: Arc<Notify>,
+}
+
+/// What a waiter at the head of the queue sees.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Head {
+    /// The release counter: retry when it moves.
+    pub(crate) heard: u64,
+    /// The counter when this waiter became head.
+    pub(crate) since: u64,
+    /// Clients (this one included) that heard the last release: how many
+    /// heads may retry at once.
+    pub(crate) competitors: u64,
+    /// The keys' expiry of the local waiter that got the lock last.
+    pub(crate) holder_until: Option<Instant>,
+}
+
+impl Place {
+    /// `Some` when this waiter is at the head of its queue.
+    pub(crate) fn head(&self) -> Option<Head> {
+        let queues = self.shared.lock();
+        let queue = queues.get(&self.key)?;
+        let (id, _) = queue.waiters.front()?;
+        (*id == self.id).then_some(Head {
+            heard: queue.heard,
+            since: queue.head_since,
+            competitors: queue.competitors,
+            holder_until: queue.holder_until,
+        })
+    }
+
+    /// Sleeps until woken (a release heard while head, or becoming head) or
+    /// `until`. Wake-ups may be spurious; the caller re-checks.
+    pub(crate) async fn wait(&self, until: Instant) {
+        // A `notify_one` that raced ahead of this call left a permit, so no
+        // wake-up is lost between the caller's check and this await.
+        let _ = tokio::time::timeout_at(until.into(), self.notify.notified()).await;
+    }
+
+    /// Leaves the queue after getting the lock, whose keys expire at
+    /// `expires_at`; the next waiter waits for this holder's release.
+    pub(crate) fn acquired(self, expires_at: Instant) {
+        if let Some(queue) = self.shared.lock().get_mut(&self.key) {
+            queue.holder_until = Some(expires_at);
+        }
+    }
+}
+
+impl Drop for Place {
+    fn drop(&mut self) {
+        let emptied = {
+            let mut queues = self.shared.lock();
+            let Some(queue) = queues.get_mut(&self.key) else {
+                return;
+            };
+            let was_head = queue.waiters.front().is_some_and(|(id, _)| *id == self.id);
+            queue.waiters.retain(|(id, _)| *id != self.id);
+            if queue.waiters.is_empty() {
+                queues.remove(&self.key);
+                true
+            } else {
+                if was_head {
+                    queue.head_since = queue.heard;
+                    if let Some((_, next)) = queue.waiters.front() {
+                        next.notify_one();
+                    }
+                }
+                false
+            }
+        };
+        if emptied {
+            self.shared
+                .command(|| Command::Unsubscribe(self.key.clone()));
+        }
+    }
+}
+
+/// One node's subscription connection: connects (with back-off), keeps the
+/// wanted channels subscribed across reconnects, and reports releases.
+/// Every wait is bounded by the node's connect timeout; a node that stops
+/// answering costs only its own notifications (the waiters' fallback covers
+/// them).
+async fn subscriber(
+    node: Arc<Node>,
+    shared: Weak<Shared>,
+    mut commands: mpsc::UnboundedReceiver<Command>,
+) {
+    let timeout = node.connect_timeout();
+    let mut wanted: HashSet<Arc<str>> = HashSet::new();
+    let mut pause = RESUBSCRIBE_MIN;
+    let mut connected_before = false;
+    loop {
+        let connection =
+            tokio::time::timeout(timeout, node.redis_client().get_async_pubsub()).await;
+        let Ok(Ok(pubsub)) = connection else {
+            tracing::debug!(node = %node.addr(), "subscription connect failed");
+            // Keep the wanted set current while down.
+            let until = tokio::time::Instant::now() + pause;
+            loop {
+                tokio::select! {
+                    command = commands.recv() => match command {
+                        Some(command) => apply(&mut wanted, command),
+                        None => return,
+                    },
+                    () = tokio::time::sleep_until(until) => break,
+                }
+            }
+            pause = (pause * 2).min(node.backoff_max());
+            continue;
+        };
+        let (mut sink, mut stream) = pubsub.split();
+        if !wanted.is_empty() {
+            let channels: Vec<&str> = wanted.iter().map(|c| &**c).collect();
+            if !matches!(
+                tokio::time::timeout(timeout, sink.subscribe(channels)).await,
+                Ok(Ok(()))
+            ) {
+                continue;
+            }
+            let Some(shared) = shared.upgrade() else {
+                return;
+            };
+            for channel in &wanted {
+                shared.confirmed(channel, connected_before);
+            }
+        }
+        connected_before = true;
+        pause = RESUBSCRIBE_MIN;
+        loop {
+            tokio::select! {
+                command = commands.recv() => {
+                    let Some(command) = command else { return };
+                    let ok = match &command {
+                        Command::Subscribe(channel) if !wanted.contains(channel) => {
+                            let ok = matches!(tokio::time::timeout(timeout, sink.subscribe(&**channel)).await, Ok(Ok(())));
+                            if ok {
+                                let Some(shared) = shared.upgrade() else { return };
+                                shared.confirmed(channel, false);
+                            }
+                            ok
+                        }
+                        Command::Unsubscribe(channel) if wanted.contains(channel) => {
+                            matches!(tokio::time::timeout(timeout, sink.unsubscribe(&**channel)).await, Ok(Ok(())))
+                        }
+                        _ => true,
+                    };
+                    apply(&mut wanted, command);
+                    if !ok {
+                        // Reconnect: the new connection subscribes to what
+                        // is wanted then.
+                        break;
+                    }
+                }
+                message = stream.next() => {
+                    let Some(message) = message else { break };
+                    let Some(shared) = shared.upgrade() else { return };
+                    let payload = String::from_utf8_lossy(message.get_payload_bytes());
+                    shared.heard(message.get_channel_name(), &payload);
+                }
+            }
+        }
+        tracing::debug!(node = %node.addr(), "subscription connection lost");
+    }
+}
+
+fn apply(wanted: &mut HashSet<Arc<str>>, command: Command) {
+    match command {
+        Command::Subscribe(channel) => {
+            wanted.insert(channel);
+        }
+        Command::Unsubscribe(channel) => {
+            wanted.remove(&channel);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: Duration = Duration::from_millis(1);
+
+    fn held(ms: Option<u64>) -> NodeFailure {
+        NodeFailure {
+            index: 0,
+            addr: "x:1".into(),
+            kind: NodeErrorKind::HeldByOther {
+                expires_in: ms.map(Duration::from_millis),
+            },
+        }
+    }
+
+    fn timeout() -> NodeFailure {
+        NodeFailure {
+            index: 0,
+            addr: "x:1".into(),
+            kind: NodeErrorKind::Timeout(100 * MS),
+        }
+    }
+
+    #[test]
+    fn free_when_a_quorum_of_keys_expired() {
+        // 5 nodes, quorum 3: the third-shortest TTL frees a majority.
+        let f = [held(Some(300)), held(Some(100)), held(Some(200))];
+        assert_eq!(free_in(5, 3, 0, &f), Some(300 * MS));
+        // Nodes that granted us are free now.
+        assert_eq!(free_in(5, 3, 2, &f), Some(100 * MS));
+        // Unknown nodes never count: two known of a quorum of three.
+        assert_eq!(
+            free_in(5, 3, 0, &[held(Some(5)), timeout(), held(Some(9))]),
+            None
+        );
+        // A key without expiry (PTTL -1) never frees.
+        assert_eq!(free_in(3, 2, 0, &[held(None), held(Some(7))]), None);
+        assert_eq!(free_in(1, 1, 0, &[held(Some(42))]), Some(42 * MS));
+        // More answers than nodes (a caller bug) do not panic.
+        assert_eq!(free_in(1, 1, 3, &[]), Some(Duration::ZERO));
+    }
+
+    #[test]
+    fn queue_is_fifo_and_wakes_only_the_head() {
+        let waits = Waits::default();
+        let key: Arc<str> = "k".into();
+        let a = waits.join(&[], &key);
+        let b = waits.join(&[], &key);
+        let c = waits.join(&[], &key);
+        assert!(a.head().is_some());
+        assert!(b.head().is_none() && c.head().is_none());
+        let before = a.head().unwrap().heard;
+        waits.shared.heard("k", "n1:1");
+        // Copies of one release from other nodes count once.
+        waits.shared.heard("k", "n1:1");
+        assert_eq!(a.head().unwrap().heard, before + 1);
+        waits.shared.heard("k", "n2:1");
+        assert_eq!(a.head().unwrap().heard, before + 2);
+        // The head got the lock: b is head and learns the holder's expiry.
+        let expiry = Instant::now() + 500 * MS;
+        a.acquired(expiry);
+        assert_eq!(b.head().unwrap().holder_until, Some(expiry));
+        // A release heard before b looks still counts for b.
+        let since = b.head().unwrap().since;
+        waits.shared.heard("k", "n4:1");
+        assert_eq!(b.head().unwrap().since, since);
+        assert_eq!(b.head().unwrap().heard, since + 1);
+        // A waiter behind the head leaves: order unchanged.
+        drop(c);
+        assert!(b.head().is_some());
+        drop(b);
+        assert_eq!(waits.queues(), 0, "the last waiter removes the queue");
+        // Unknown channels are ignored.
+        waits.shared.heard("other", "n3:1");
+        waits.shared.confirmed("other", false);
+    }
+
+    #[test]
+    fn own_cleanup_notices_are_ignored() {
+        let id = uuid::Uuid::new_v4();
+        let waits = Waits::new(&id);
+        assert_eq!(waits.tag().len(), 9);
+        let key: Arc<str> = "k".into();
+        let a = waits.join(&[], &key);
+        let h0 = a.head().unwrap().heard;
+        // This client's failed attempt freeing its partial grants.
+        waits
+            .shared
+            .heard("k", &format!("{}00000000000000aa:2", waits.tag()));
+        assert_eq!(a.head().unwrap().heard, h0);
+        // Another client's cleanup (a split vote: the lock may be free).
+        waits.shared.heard("k", "0123abcd/00000000000000aa:2");
+        assert_eq!(a.head().unwrap().heard, h0 + 1);
+        assert_eq!(a.head().unwrap().competitors, 2);
+        // Copies from other nodes count once, with the most competitors.
+        waits.shared.heard("k", "0123abcd/00000000000000aa:3");
+        assert_eq!(a.head().unwrap().heard, h0 + 1);
+        assert_eq!(a.head().unwrap().competitors, 3);
+        // A payload without a count (another version) counts one.
+        waits.shared.heard("k", "ffff");
+        assert_eq!(a.head().unwrap().competitors, 1);
+    }
+
+    #[test]
+    fn first_confirmation_counts_as_a_release() {
+        let waits = Waits::default();
+        let key: Arc<str> = "k".into();
+        let a = waits.join(&[], &key);
+        let h0 = a.head().unwrap().heard;
+        waits.shared.confirmed("k", false);
+        waits.shared.confirmed("k", false);
+        assert_eq!(a.head().unwrap().heard, h0 + 1, "only the first");
+        waits.shared.confirmed("k", true);
+        assert_eq!(a.head().unwrap().heard, h0 + 2, "and after a reconnect");
+    }
+
+    #[tokio::test]
+    async fn head_wakes_on_release_and_successor_on_promotion() {
+        let waits = Waits::default();
+        let key: Arc<str> = "k".into();
+        let a = waits.join(&[], &key);
+        let b = waits.join(&[], &key);
+        let far = Instant::now() + Duration::from_secs(30);
+        // A release heard before the head waits leaves a permit.
+        waits.shared.heard("k", "n:1");
+        tokio::time::timeout(Duration::from_secs(5), a.wait(far))
+            .await
+            .expect("head woken");
+        // The head leaves: its successor is woken.
+        drop(a);
+        tokio::time::timeout(Duration::from_secs(5), b.wait(far))
+            .await
+            .expect("successor woken");
+        assert!(b.head().is_some());
+    }
+}

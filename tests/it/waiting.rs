@@ -1,0 +1,354 @@
+//! Waiting by notification: waiters sleep until a release is heard, take
+//! turns without a herd, share one subscription connection per node, and
+//! still get the lock when a notice is lost (fallback) or never sent (the
+//! holder's TTL).
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use redfence::{Client, Retry};
+
+use crate::helpers::{eventually, lock_key, ms, secs, warm_up, LOCK_KEYS};
+use crate::support::{Cluster, RedisServer};
+
+fn client(cluster: &Cluster) -> Client {
+    Client::builder(cluster.urls())
+        .node_timeout(secs(1))
+        .build()
+        .unwrap()
+}
+
+/// Subscription (pub/sub) connections open on a node.
+fn pubsub_connections(node: &RedisServer) -> usize {
+    node.cli(&["CLIENT", "LIST", "TYPE", "pubsub"])
+        .lines()
+        .filter(|l| l.starts_with("id="))
+        .count()
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i.min(sorted.len() - 1)]
+}
+
+/// 100 waiters on one resource, 5 nodes: every one gets the lock in turn,
+/// exclusively, each release hands over within a few round trips, the
+/// client holds one subscription connection per node, and the attempts stay
+/// near one per acquisition (polling would make many per waiter).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hundred_waiters_take_turns_on_five_nodes() {
+    let cluster = Cluster::start(5);
+    let client = client(&cluster);
+    warm_up(&client, &cluster).await;
+    let first = client.acquire("sale", secs(10)).await.unwrap();
+    let before = client.stats();
+    let inside = Arc::new(AtomicBool::new(false));
+    let overlaps = Arc::new(AtomicUsize::new(0));
+    // (grant instant, release instant) per holder.
+    let turns = Arc::new(Mutex::new(Vec::<(Instant, Instant)>::new()));
+    let mut tasks = Vec::new();
+    for _ in 0..100 {
+        let (client, inside, overlaps, turns) = (
+            client.clone(),
+            inside.clone(),
+            overlaps.clone(),
+            turns.clone(),
+        );
+        tasks.push(tokio::spawn(async move {
+            let guard = client
+                .lock("sale", secs(10))
+                .retry(Retry::new().with_max_wait(secs(120)))
+                .acquire()
+                .await
+                .expect("every waiter gets the lock");
+            let granted = Instant::now();
+            if inside.swap(true, Ordering::SeqCst) {
+                overlaps.fetch_add(1, Ordering::SeqCst);
+            }
+            tokio::time::sleep(ms(2)).await;
+            inside.store(false, Ordering::SeqCst);
+            let releasing = Instant::now();
+            turns.lock().unwrap().push((granted, releasing));
+            guard.release().await;
+        }));
+    }
+    // All waiting (each made its first attempt, so none barges in later):
+    // one subscription connection per node, not per waiter.
+    assert!(
+        eventually(secs(30), || client.stats().attempts - before.attempts
+            >= 100)
+        .await,
+        "the waiters did not all start"
+    );
+    assert!(
+        eventually(secs(10), || cluster
+            .nodes
+            .iter()
+            .all(|n| pubsub_connections(n) == 1))
+        .await,
+        "{:?}",
+        cluster
+            .nodes
+            .iter()
+            .map(pubsub_connections)
+            .collect::<Vec<_>>()
+    );
+    let released_first = Instant::now();
+    first.release().await;
+    for task in tasks {
+        tokio::time::timeout(secs(120), task)
+            .await
+            .expect("a waiter hung")
+            .unwrap();
+    }
+    assert_eq!(overlaps.load(Ordering::SeqCst), 0, "two holders at once");
+    let mut turns = turns.lock().unwrap().clone();
+    assert_eq!(turns.len(), 100);
+    turns.sort();
+    // Handoffs: each release to the next grant, in grant order.
+    let mut handoffs = Vec::new();
+    let mut previous_release = released_first;
+    for &(granted, releasing) in &turns {
+        assert!(granted >= previous_release, "granted before the release");
+        handoffs.push(granted - previous_release);
+        previous_release = releasing;
+    }
+    handoffs.sort();
+    let stats = client.stats();
+    let attempts = stats.attempts - before.attempts;
+    println!(
+        "100 waiters, 5 nodes: handoff p50 {:?} p99 {:?} max {:?}; {attempts} attempts for 100 acquisitions",
+        percentile(&handoffs, 0.5),
+        percentile(&handoffs, 0.99),
+        handoffs[99],
+    );
+    // Each waiter's first attempt, plus about two per acquisition (the
+    // head's retry after the release, and one after subscribing). Polling
+    // with the default policy makes several per waiter per second.
+    assert!(attempts <= 100 + 3 * 100, "{attempts} attempts");
+    assert!(
+        eventually(secs(5), || cluster.count_keys(LOCK_KEYS) == vec![0; 5]).await,
+        "{:?}",
+        cluster.count_keys(LOCK_KEYS)
+    );
+    // The last waiter left: the subscriptions were dropped (the connections
+    // stay open for the next wait).
+    assert!(
+        eventually(secs(5), || cluster.nodes.iter().all(|n| n
+            .cli(&["PUBSUB", "NUMSUB", &lock_key("sale")])
+            .ends_with("0")))
+        .await
+    );
+    drop(client);
+    assert!(
+        eventually(secs(5), || cluster
+            .nodes
+            .iter()
+            .all(|n| pubsub_connections(n) == 0))
+        .await,
+        "dropping the client closes its subscription connections"
+    );
+}
+
+/// Waiters with a short deadline return by it, with the holder's detail,
+/// however long the holder keeps the lock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_return_by_their_deadline() {
+    let cluster = Cluster::start(3);
+    let client = client(&cluster);
+    warm_up(&client, &cluster).await;
+    let holder = client.acquire("busy", secs(30)).await.unwrap();
+    let mut tasks = Vec::new();
+    for i in 0..10u64 {
+        let client = client.clone();
+        tasks.push(tokio::spawn(async move {
+            let max_wait = ms(300 + 50 * i);
+            let started = Instant::now();
+            let err = client
+                .lock("busy", secs(30))
+                .retry(Retry::new().with_max_wait(max_wait))
+                .acquire()
+                .await
+                .unwrap_err();
+            (max_wait, started.elapsed(), err)
+        }));
+    }
+    for task in tasks {
+        let (max_wait, elapsed, err) = task.await.unwrap();
+        assert!(err.is_contended(), "{err}");
+        assert!(!err.node_failures().is_empty(), "{err}");
+        assert!(
+            elapsed >= max_wait,
+            "gave up early: {elapsed:?} < {max_wait:?}"
+        );
+        // Bounded: the deadline plus at most one attempt (one node timeout).
+        assert!(elapsed <= max_wait + secs(1) + ms(500), "{elapsed:?}");
+    }
+    holder.release().await;
+}
+
+/// The lock is freed without a release notice (its key deleted behind the
+/// holder's back): the waiter still gets it through the fallback delay,
+/// long before the holder's 30 s TTL would have run out.
+#[tokio::test]
+async fn a_lost_notice_falls_back_to_the_retry_delay() {
+    let cluster = Cluster::start(1);
+    let client = client(&cluster);
+    let holder = client.acquire("silent", secs(30)).await.unwrap();
+    let waiter = tokio::spawn({
+        let client = client.clone();
+        async move {
+            let started = Instant::now();
+            let guard = client
+                .lock("silent", secs(30))
+                .retry(
+                    Retry::new()
+                        .with_max_wait(secs(20))
+                        .with_delay(ms(100))
+                        .with_jitter(ms(100))
+                        .with_max_jitter(ms(200)),
+                )
+                .acquire()
+                .await;
+            (started.elapsed(), guard)
+        }
+    });
+    // Wait until the waiter is subscribed, then free the lock silently.
+    let key = lock_key("silent");
+    assert!(
+        eventually(secs(10), || cluster.nodes[0]
+            .cli(&["PUBSUB", "NUMSUB", &key])
+            .ends_with('1'))
+        .await
+    );
+    tokio::time::sleep(ms(100)).await;
+    cluster.nodes[0].cli(&["DEL", &key]);
+    let (elapsed, guard) = tokio::time::timeout(secs(25), waiter)
+        .await
+        .unwrap()
+        .unwrap();
+    let guard = guard.expect("acquired by the fallback");
+    assert!(elapsed < secs(20), "{elapsed:?}");
+    guard.release().await;
+    drop(holder);
+}
+
+/// A holder that vanished without releasing (its keys expire, nobody
+/// publishes): the waiter wakes when the TTL it was told runs out, although
+/// its fallback delay is far longer.
+#[tokio::test]
+async fn a_crashed_holder_is_followed_at_its_ttl() {
+    let cluster = Cluster::start(3);
+    let client = client(&cluster);
+    warm_up(&client, &cluster).await;
+    let crashed = Client::builder(cluster.urls()).build().unwrap();
+    let holder = crashed.acquire("crash", ms(1500)).await.unwrap();
+    // A crash: no release is ever sent (the guard is leaked, not dropped).
+    std::mem::forget(holder);
+    let started = Instant::now();
+    let guard = client
+        .lock("crash", secs(10))
+        .retry(
+            Retry::new()
+                .with_max_wait(secs(30))
+                .with_delay(secs(25))
+                .with_jitter(Duration::ZERO),
+        )
+        .acquire()
+        .await
+        .expect("acquired at the holder's expiry");
+    let waited = started.elapsed();
+    println!("followed a crashed holder after {waited:?} (TTL 1.5 s)");
+    assert!(waited >= ms(1000), "{waited:?}");
+    assert!(waited < secs(20), "{waited:?}: the fallback, not the TTL");
+    guard.release().await;
+}
+
+/// A paused node does not stop the notices: the other nodes publish the
+/// release, and the waiter gets the lock on the remaining majority.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_node_does_not_lose_the_release() {
+    let mut cluster = Cluster::start(3);
+    let client = Client::builder(cluster.urls())
+        .node_timeout(ms(300))
+        .build()
+        .unwrap();
+    warm_up(&client, &cluster).await;
+    let holder = client.acquire("p", secs(30)).await.unwrap();
+    let waiter = tokio::spawn({
+        let client = client.clone();
+        async move {
+            client
+                .lock("p", secs(30))
+                // A fallback far beyond the test: only a notice wakes it.
+                .retry(
+                    Retry::new()
+                        .with_max_wait(secs(60))
+                        .with_delay(secs(50))
+                        .with_jitter(Duration::ZERO),
+                )
+                .acquire()
+                .await
+        }
+    });
+    let key = lock_key("p");
+    assert!(
+        eventually(secs(10), || cluster
+            .nodes
+            .iter()
+            .all(|n| n.cli(&["PUBSUB", "NUMSUB", &key]).ends_with('1')))
+        .await
+    );
+    tokio::time::sleep(ms(100)).await;
+    cluster.node(0).pause();
+    let released = Instant::now();
+    holder.release().await;
+    let guard = tokio::time::timeout(secs(20), waiter)
+        .await
+        .expect("woken by the notice")
+        .unwrap()
+        .unwrap();
+    println!("acquired {:?} after the release", released.elapsed());
+    cluster.node(0).resume();
+    guard.release().await;
+}
+
+/// A waiter that gives up (its future dropped) leaves the queue: the one
+/// behind it becomes head and is woken by the next release.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_head_hands_its_place_on() {
+    let cluster = Cluster::start(1);
+    let client = client(&cluster);
+    let holder = client.acquire("q", secs(30)).await.unwrap();
+    let patient = Retry::new()
+        .with_max_wait(secs(60))
+        .with_delay(secs(50))
+        .with_jitter(Duration::ZERO);
+    let head = tokio::spawn({
+        let client = client.clone();
+        async move { client.lock("q", secs(30)).retry(patient).acquire().await }
+    });
+    let key = lock_key("q");
+    assert!(
+        eventually(secs(10), || cluster.nodes[0]
+            .cli(&["PUBSUB", "NUMSUB", &key])
+            .ends_with('1'))
+        .await
+    );
+    tokio::time::sleep(ms(200)).await;
+    let second = tokio::spawn({
+        let client = client.clone();
+        async move { client.lock("q", secs(30)).retry(patient).acquire().await }
+    });
+    tokio::time::sleep(ms(200)).await;
+    head.abort();
+    assert!(head.await.unwrap_err().is_cancelled());
+    holder.release().await;
+    let guard = tokio::time::timeout(secs(20), second)
+        .await
+        .expect("the second waiter was woken")
+        .unwrap()
+        .unwrap();
+    guard.release().await;
+}
