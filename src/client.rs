@@ -146,6 +146,17 @@ impl Client {
         self.inner.counters.snapshot()
     }
 
+    /// Checks every node's deployment against what Redlock assumes of it:
+    /// reachable, a master, a distinct server (`run_id`), no eviction of
+    /// lock keys, persistence, version, clock offset. Nodes are visited
+    /// concurrently over fresh connections (not the lock connections), each
+    /// visit bounded by the connect timeout, so a dead or paused node yields
+    /// an "unreachable" finding instead of a hang. Read-only; run it at
+    /// startup or from a health endpoint. See [`Audit`](crate::Audit).
+    pub async fn audit(&self) -> crate::audit::Audit {
+        crate::audit::run(&self.inner.nodes).await
+    }
+
     /// Starts a lock request on `resource` with lease `ttl`, to configure
     /// (retry policy) before acquiring. The shortcuts below cover the usual
     /// cases.
@@ -600,6 +611,31 @@ impl Client {
     /// Whether waiting acquires wait for release notifications.
     pub(crate) fn wake_on_release(&self) -> bool {
         self.inner.config.wake_on_release
+    }
+
+    /// Whether `target`'s lock looks held, from one `PTTL` on one node
+    /// picked at random, bounded by the node timeout: `Some` with the
+    /// remaining TTL (`None` inside for a key without expiry) when held
+    /// there, `None` when free there or unknown (an error, a timeout). One
+    /// node's view can be wrong either way; it only decides whether a
+    /// waiter sends a full attempt now or waits for the next release.
+    pub(crate) async fn probe(&self, target: &Target) -> Option<Option<Duration>> {
+        let nodes = &self.inner.nodes;
+        let node = nodes.get(rand::random_range(0..nodes.len()))?;
+        let mut pttl = redis::cmd("PTTL");
+        pttl.arg(&*target.key);
+        let reply = tokio::time::timeout(
+            self.inner.config.node_timeout,
+            node.run_command(&pttl, &Settled::NEVER),
+        )
+        .await;
+        match reply {
+            Ok(Ok(Value::Int(ms))) if ms > 0 => {
+                Some(Some(Duration::from_millis(ms.unsigned_abs())))
+            }
+            Ok(Ok(Value::Int(-1))) => Some(None),
+            _ => None,
+        }
     }
 
     /// Joins the client's wait queue for `target`'s resource.

@@ -48,10 +48,35 @@
 //! factor + 2 ms), measured on the monotonic clock from before the first
 //! request; a lock with no validity left is not granted. A failed attempt
 //! releases wherever its `SET` may have landed and, for a waiting acquire,
-//! retries after a jittered pause until a deadline. A node that stopped
+//! retries when the holder's release is announced (or its keys expire, or
+//! after a jittered pause) until a deadline. A node that stopped
 //! answering is skipped (one probe per node timeout) instead of collecting
 //! a backlog. Release and extend are compare-and-delete
 //! and compare-and-pexpire scripts, so only the owner's value is touched.
+//!
+//! ## Long critical sections
+//!
+//! With [`AutoExtend`] a watchdog task owned by the guard extends the lock
+//! every third of its validity and, when it cannot, resolves
+//! [`Lease::lost`] with a [`LostLock`] that says why, before the validity
+//! the client computed runs out; [`LockRequest::run`] then cancels the work
+//! and returns [`Error::LockLost`].
+//!
+//! ```no_run
+//! # async fn demo(client: redfence::Client) -> Result<(), redfence::Error> {
+//! use std::time::Duration;
+//! use redfence::AutoExtend;
+//!
+//! let rows = client
+//!     .lock("report:nightly", Duration::from_secs(10))
+//!     .auto_extend(AutoExtend::new().with_max_hold(Duration::from_secs(3600)))
+//!     .run(|lease| async move {
+//!         // ... hours of work; pass lease.token() with every write ...
+//!         42
+//!     })
+//!     .await?; // Err(Error::LockLost(_)) if the lock was lost meanwhile
+//! # let _ = rows; Ok(()) }
+//! ```
 //!
 //! ## What it assumes
 //!
@@ -79,6 +104,9 @@
 //!   connection per node, a FIFO of waiters per resource).
 //! - `retry`: [`Retry`], the waiting policy as a value.
 //! - `node`: one connection per node, identity checks, per-call deadlines.
+//! - `audit`: [`Audit`], a read-only check of each node against Redlock's
+//!   assumptions (reachable master, distinct server, no eviction, persistence,
+//!   version, clock offset), with per-node [`Finding`]s.
 //! - `fanout`: concurrent requests to all nodes with early decision.
 //! - `quorum`, `validity`: the pure arithmetic, tested exhaustively.
 //! - `fence`: [`FencingToken`] and the token merge (pure; model-checked).
@@ -94,6 +122,7 @@
 #![deny(missing_docs, missing_debug_implementations)]
 #![warn(rust_2018_idioms, unreachable_pub)]
 
+mod audit;
 mod client;
 mod config;
 mod error;
@@ -119,6 +148,7 @@ pub mod postgres;
 #[cfg(feature = "history")]
 pub mod history;
 
+pub use audit::{Audit, Check, Finding, NodeAudit, Severity};
 pub use client::{Client, Released};
 pub use config::{Builder, DEFAULT_FENCE_RETENTION, MAX_NODES};
 pub use error::{

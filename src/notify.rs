@@ -37,6 +37,11 @@ use crate::node::Node;
 /// round trip of each other; a few dozen releases apart is far enough.
 const RECENT_NOTICES: usize = 32;
 
+/// How long a resource stays subscribed after its last waiter left: a
+/// client that waits on a resource again soon reuses the subscription
+/// (no `SUBSCRIBE`, no confirmation round) and its notice history.
+pub(crate) const LINGER: Duration = Duration::from_secs(5);
+
 /// Pauses between reconnects of a subscription connection.
 const RESUBSCRIBE_MIN: Duration = Duration::from_millis(25);
 
@@ -107,6 +112,12 @@ struct Queue {
     /// Expiry of the keys of the last local waiter that got the lock: the
     /// next head's TTL wake-up.
     holder_until: Option<Instant>,
+    /// When the last release was heard: a waiter that joins a lingering
+    /// queue retries at once if one was heard after its attempt began.
+    last_heard: Option<Instant>,
+    /// Since when the queue has had no waiters (it lingers, subscribed,
+    /// for [`LINGER`]).
+    idle_since: Option<Instant>,
     next_id: u64,
 }
 
@@ -163,6 +174,10 @@ impl Waits {
             let queue = queues.entry(key.clone()).or_default();
             let id = queue.next_id;
             queue.next_id += 1;
+            if queue.waiters.is_empty() {
+                queue.head_since = queue.heard;
+            }
+            queue.idle_since = None;
             queue.waiters.push_back((id, notify.clone()));
             (id, created)
         };
@@ -243,7 +258,30 @@ impl Shared {
             queue.recent.pop_front();
         }
         queue.recent.push_back(notice);
+        queue.last_heard = Some(Instant::now());
         queue.wake_head();
+    }
+
+    /// Drops the queues idle for [`LINGER`] and unsubscribes them.
+    fn reap(&self, now: Instant) {
+        let expired: Vec<Arc<str>> = {
+            let mut queues = self.lock();
+            let expired: Vec<Arc<str>> = queues
+                .iter()
+                .filter(|(_, q)| {
+                    q.idle_since
+                        .is_some_and(|t| now.duration_since(t) >= LINGER)
+                })
+                .map(|(k, _)| k.clone())
+                .collect();
+            for key in &expired {
+                queues.remove(key);
+            }
+            expired
+        };
+        for key in expired {
+            self.command(|| Command::Unsubscribe(key.clone()));
+        }
     }
 
     /// A node confirmed the subscription of `key`. The first confirmation
@@ -289,6 +327,8 @@ pub(crate) struct Head {
     /// Clients (this one included) that heard the last release: how many
     /// heads may retry at once.
     pub(crate) competitors: u64,
+    /// When the queue last heard a release.
+    pub(crate) last_heard: Option<Instant>,
     /// The keys' expiry of the local waiter that got the lock last.
     pub(crate) holder_until: Option<Instant>,
 }
@@ -302,6 +342,7 @@ impl Place {
         (*id == self.id).then_some(Head {
             heard: queue.heard,
             since: queue.head_since,
+            last_heard: queue.last_heard,
             competitors: queue.competitors,
             holder_until: queue.holder_until,
         })
@@ -326,7 +367,8 @@ impl Place {
 
 impl Drop for Place {
     fn drop(&mut self) {
-        let emptied = {
+        let now = Instant::now();
+        {
             let mut queues = self.shared.lock();
             let Some(queue) = queues.get_mut(&self.key) else {
                 return;
@@ -334,22 +376,16 @@ impl Drop for Place {
             let was_head = queue.waiters.front().is_some_and(|(id, _)| *id == self.id);
             queue.waiters.retain(|(id, _)| *id != self.id);
             if queue.waiters.is_empty() {
-                queues.remove(&self.key);
-                true
-            } else {
-                if was_head {
-                    queue.head_since = queue.heard;
-                    if let Some((_, next)) = queue.waiters.front() {
-                        next.notify_one();
-                    }
+                // Lingers, subscribed; reaped after LINGER.
+                queue.idle_since = Some(now);
+            } else if was_head {
+                queue.head_since = queue.heard;
+                if let Some((_, next)) = queue.waiters.front() {
+                    next.notify_one();
                 }
-                false
             }
-        };
-        if emptied {
-            self.shared
-                .command(|| Command::Unsubscribe(self.key.clone()));
         }
+        self.shared.reap(now);
     }
 }
 
@@ -365,6 +401,10 @@ async fn subscriber(
 ) {
     let timeout = node.connect_timeout();
     let mut wanted: HashSet<Arc<str>> = HashSet::new();
+    // Every task reaps the lingering queues (any one would do; reaping is
+    // idempotent), so subscriptions end even when no waiter comes again.
+    let mut reaping = tokio::time::interval(LINGER);
+    reaping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut pause = RESUBSCRIBE_MIN;
     let mut connected_before = false;
     loop {
@@ -380,6 +420,10 @@ async fn subscriber(
                         Some(command) => apply(&mut wanted, command),
                         None => return,
                     },
+                    _ = reaping.tick() => {
+                        let Some(shared) = shared.upgrade() else { return };
+                        shared.reap(Instant::now());
+                    }
                     () = tokio::time::sleep_until(until) => break,
                 }
             }
@@ -428,6 +472,10 @@ async fn subscriber(
                         // is wanted then.
                         break;
                     }
+                }
+                _ = reaping.tick() => {
+                    let Some(shared) = shared.upgrade() else { return };
+                    shared.reap(Instant::now());
                 }
                 message = stream.next() => {
                     let Some(message) = message else { break };
@@ -524,7 +572,12 @@ mod tests {
         drop(c);
         assert!(b.head().is_some());
         drop(b);
-        assert_eq!(waits.queues(), 0, "the last waiter removes the queue");
+        // The last waiter leaves: the queue lingers, then is reaped.
+        assert_eq!(waits.queues(), 1);
+        waits.shared.reap(Instant::now());
+        assert_eq!(waits.queues(), 1, "lingers");
+        waits.shared.reap(Instant::now() + LINGER);
+        assert_eq!(waits.queues(), 0, "reaped after LINGER");
         // Unknown channels are ignored.
         waits.shared.heard("other", "n3:1");
         waits.shared.confirmed("other", false);

@@ -145,8 +145,6 @@ impl LockRequest {
         // The release counter when this waiter last started an attempt as
         // head; `None` until it is head.
         let mut heard: Option<u64> = None;
-        let mut after_release;
-        let mut competitors = 1u64;
         loop {
             attempts += 1;
             heard = place
@@ -190,58 +188,121 @@ impl LockRequest {
                 _ => None,
             };
             let mut wake_at = expiry.map_or(fallback, |e| e.min(fallback)).min(deadline);
-            after_release = false;
             loop {
-                match place.head() {
-                    Some(head) if heard.is_some_and(|h| h != head.heard) => {
-                        after_release = true;
-                        competitors = head.competitors;
-                        break;
-                    }
-                    Some(head) if heard.is_none() => {
-                        // Just became head (or joined an empty queue): the
-                        // lock is most likely held by the waiter before;
-                        // wait for its release, its expiry, or a fallback
-                        // counted from now (the one computed at this
-                        // waiter's last attempt may be long past).
-                        heard = Some(head.since);
-                        let now = Instant::now();
-                        let fallback = now + self.retry.pause(attempts, jitter);
-                        let holder = head.holder_until.map(|t| t + jitter(EXPIRY_SPREAD));
-                        if !fresh {
-                            wake_at = fallback.min(deadline);
-                        }
-                        wake_at = holder.map_or(wake_at, |h| h.min(wake_at));
-                    }
-                    Some(_) => {}
-                    None => {
-                        heard = None;
-                        fresh = false;
-                    }
-                }
-                let now = Instant::now();
-                let until = if heard.is_some() { wake_at } else { deadline };
-                if now >= until {
+                let woken = self
+                    .wait_turn(
+                        place,
+                        &mut heard,
+                        fresh.then_some(attempt_start),
+                        wake_at,
+                        deadline,
+                        attempts,
+                    )
+                    .await;
+                fresh = false;
+                let Woken::Release { competitors } = woken else {
+                    break;
+                };
+                if competitors <= 1 {
                     break;
                 }
-                place.wait(until).await;
-            }
-            // Every client waiting on this resource heard the release, and
-            // each one's head retries: spread over as many attempt times as
-            // there are other clients, the first retry usually lands alone
-            // instead of splitting the votes with the rest. A lone client
-            // retries at once.
-            if after_release && competitors > 1 {
+                // Every client waiting on this resource heard the release,
+                // and each one's head retries: spread over as many attempt
+                // times as there are other clients, the first retry usually
+                // lands alone instead of splitting the votes with the rest.
                 let others = u32::try_from(competitors - 1).unwrap_or(u32::MAX);
                 let spread = attempt_time.saturating_mul(others).min(MAX_RELEASE_SPREAD);
                 tokio::time::sleep_until(deadline.min(Instant::now() + jitter(spread)).into())
                     .await;
+                if Instant::now() >= deadline {
+                    break;
+                }
+                // Then look before leaping: one `PTTL` on one node (one
+                // command instead of a transaction on every node). When
+                // another client already took the lock, wait for its
+                // release instead of sending a full attempt that is bound
+                // to fail: K clients would otherwise cost K full attempts
+                // per release.
+                // Counted from before the probe: a release heard during it
+                // wakes this waiter again.
+                let before = place.head().map(|h| h.heard);
+                let Some(held_for) = self.client.probe(target).await else {
+                    break;
+                };
+                heard = before.or(heard);
+                let now = Instant::now();
+                let fallback = now + self.retry.pause(attempts, jitter);
+                let expiry = held_for.map(|d| now + d + jitter(EXPIRY_SPREAD));
+                wake_at = expiry.map_or(fallback, |e| e.min(fallback)).min(deadline);
             }
             if Instant::now() >= deadline {
                 failure.attempts = attempts;
                 failure.elapsed = started.elapsed();
                 return Err(failure);
             }
+        }
+    }
+
+    /// Sleeps in the queue until this waiter is head and a release is
+    /// heard, or (as head) until `wake_at`, or until the deadline. `heard`
+    /// is the release counter this waiter compares against (`None` while
+    /// not head). `fresh` is the start of the attempt this waiter just
+    /// made before joining: `wake_at` was computed from it, so it holds if
+    /// this waiter is head at once, and a release the queue heard after it
+    /// began (a lingering queue hears releases while nobody waits) means
+    /// the lock may be free already.
+    async fn wait_turn(
+        &self,
+        place: &Place,
+        heard: &mut Option<u64>,
+        fresh: Option<Instant>,
+        mut wake_at: Instant,
+        deadline: Instant,
+        attempts: u32,
+    ) -> Woken {
+        let mut fresh = fresh;
+        loop {
+            match place.head() {
+                Some(head) if heard.is_some_and(|h| h != head.heard) => {
+                    return Woken::Release {
+                        competitors: head.competitors,
+                    };
+                }
+                Some(head)
+                    if heard.is_none()
+                        && fresh
+                            .is_some_and(|began| head.last_heard.is_some_and(|t| t > began)) =>
+                {
+                    *heard = Some(head.heard);
+                    return Woken::Release {
+                        competitors: head.competitors,
+                    };
+                }
+                Some(head) if heard.is_none() => {
+                    // Just became head (or joined an empty queue): the lock
+                    // is most likely held by the waiter before; wait for its
+                    // release, its expiry, or a fallback counted from now
+                    // (the one computed at this waiter's last attempt may be
+                    // long past).
+                    *heard = Some(head.since);
+                    let fallback = Instant::now() + self.retry.pause(attempts, jitter);
+                    let holder = head.holder_until.map(|t| t + jitter(EXPIRY_SPREAD));
+                    if fresh.is_none() {
+                        wake_at = fallback.min(deadline);
+                    }
+                    wake_at = holder.map_or(wake_at, |h| h.min(wake_at));
+                }
+                Some(_) => {}
+                None => {
+                    *heard = None;
+                    fresh = None;
+                }
+            }
+            let until = if heard.is_some() { wake_at } else { deadline };
+            if Instant::now() >= until {
+                return Woken::Timer;
+            }
+            place.wait(until).await;
         }
     }
 
@@ -311,6 +372,14 @@ impl LockRequest {
             Err(lost) => Err(Error::LockLost(Box::new(lost))),
         }
     }
+}
+
+/// Why a waiter stopped sleeping.
+enum Woken {
+    /// A release was heard, with how many clients heard it.
+    Release { competitors: u64 },
+    /// Its own timer (holder's expiry, fallback) or the deadline.
+    Timer,
 }
 
 fn log_failure(attempts: u32, failure: &QuorumFailure) {

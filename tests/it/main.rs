@@ -4,6 +4,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod audit;
 mod basic;
 mod cancellation;
 mod contention;
