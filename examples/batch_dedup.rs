@@ -89,7 +89,7 @@ async fn import(
     for host in 1..=HOSTS {
         let host = Host {
             name: format!("host-{host}"),
-            client: nodes.map(Client::new).transpose()?,
+            client: nodes.map(common::client).transpose()?,
             db: store.connect().await?,
             table: table.clone(),
         };

@@ -182,7 +182,7 @@ impl Worker {
     ) -> Result<Self, BoxError> {
         Ok(Self {
             name,
-            client: Client::new(nodes)?,
+            client: common::client(nodes)?,
             db: db.connect().await?,
             accounts: FencedTable::new(&db.accounts, "id", "fence")?,
             accounts_name: db.accounts.clone(),

@@ -1,5 +1,5 @@
 //! A flash sale: 100 items, 500 buyers at once, served by two instances of
-//! the shop (two [`Client`]s, 250 buyer tasks each).
+//! the shop (two `Client`s, 250 buyer tasks each).
 //!
 //! The stock is a plain key in a separate Redis that the shop reads, checks
 //! and writes back: GET, decide, SET. That read-modify-write is not atomic
@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use redfence::{Client, Lease, Retry};
+use redfence::{Lease, Retry};
 use redis::aio::MultiplexedConnection;
 use redis::AsyncCommands;
 
@@ -80,7 +80,7 @@ async fn sale(store: &DataStore, run: &str, nodes: Option<&[String]>) -> Result<
     for _ in 0..INSTANCES {
         // One instance: its own lock client and its own data connection,
         // shared by its buyer tasks.
-        let client = nodes.map(Client::new).transpose()?;
+        let client = nodes.map(common::client).transpose()?;
         let db = store.connect().await?;
         for _ in 0..BUYERS_PER_INSTANCE {
             let (client, mut db) = (client.clone(), db.clone());

@@ -25,7 +25,7 @@ mod common;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use redfence::{Client, FencedStore, FencingToken, StoreError};
+use redfence::{FencedStore, FencingToken, StoreError};
 use redis::aio::MultiplexedConnection;
 use redis::AsyncCommands;
 
@@ -70,10 +70,7 @@ async fn unfenced(
     conn: MultiplexedConnection,
     key: &str,
 ) -> Result<i64, BoxError> {
-    let (one, two) = (
-        Client::new(nodes.iter().cloned())?,
-        Client::new(nodes.iter().cloned())?,
-    );
+    let (one, two) = (common::client(nodes)?, common::client(nodes)?);
     let mut c = conn.clone();
     let _: () = c.set(key, START).await?;
 
@@ -115,10 +112,7 @@ async fn unfenced(
 /// The same race through the fenced store: a refused write makes worker 1
 /// start over under a new lock.
 async fn fenced(nodes: &[String], conn: MultiplexedConnection, key: &str) -> Result<i64, BoxError> {
-    let (one, two) = (
-        Client::new(nodes.iter().cloned())?,
-        Client::new(nodes.iter().cloned())?,
-    );
+    let (one, two) = (common::client(nodes)?, common::client(nodes)?);
     let store = FencedStore::new(conn);
     store
         .write(key, START.to_string(), FencingToken::new(0))

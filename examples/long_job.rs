@@ -22,7 +22,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use redfence::{AutoExtend, Client, Error, LossReason};
+use redfence::{AutoExtend, Error, LossReason};
 
 use common::BoxError;
 
@@ -34,8 +34,8 @@ fn main() -> ExitCode {
 }
 
 async fn long_job(nodes: Vec<String>) -> Result<(), BoxError> {
-    let a = Client::new(nodes.clone())?;
-    let b = Client::new(nodes.clone())?;
+    let a = common::client(&nodes)?;
+    let b = common::client(&nodes)?;
 
     // 1. A long job under a short, auto-extended lock; B waits its turn.
     let started = Instant::now();

@@ -13,8 +13,6 @@ mod common;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use redfence::Client;
-
 use common::BoxError;
 
 fn main() -> ExitCode {
@@ -23,7 +21,7 @@ fn main() -> ExitCode {
 
 async fn quickstart(nodes: Vec<String>) -> Result<(), BoxError> {
     // Build once at startup and clone into tasks; nothing connects yet.
-    let client = Client::new(nodes.clone())?;
+    let client = common::client(&nodes)?;
     println!(
         "\nclient: {} nodes, a lock needs {} of them",
         client.nodes(),
@@ -47,7 +45,7 @@ async fn quickstart(nodes: Vec<String>) -> Result<(), BoxError> {
 
     // Another process (here: a second client) cannot take it meanwhile.
     // try_acquire makes one attempt; Ok(None) means "held by someone else".
-    let other = Client::new(nodes)?;
+    let other = common::client(&nodes)?;
     match other
         .try_acquire("quickstart:report", Duration::from_secs(10))
         .await?

@@ -4,6 +4,7 @@
 
 use std::fmt;
 use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -40,6 +41,9 @@ struct Inner {
     /// in Redis can be traced back to a process.
     id: uuid::Uuid,
     counters: Counters,
+    /// The longest TTL requested so far, in ms: the restart guard's
+    /// default window.
+    longest_ttl_ms: AtomicU64,
     /// Waiting by notification: queues and subscription connections.
     waits: Waits,
 }
@@ -119,6 +123,7 @@ impl Client {
                 config,
                 id,
                 counters: Counters::default(),
+                longest_ttl_ms: AtomicU64::new(0),
                 waits: Waits::new(&id),
             }),
         }
@@ -209,6 +214,9 @@ impl Client {
             },
         })?;
         let drift = self.inner.config.drift_factor.drift(checked);
+        self.inner
+            .longest_ttl_ms
+            .fetch_max(checked.millis(), Ordering::Relaxed);
         // A TTL that drift alone (or drift plus the minimum validity) uses
         // up can never be granted: say so now instead of failing every
         // attempt until the deadline.
@@ -257,6 +265,7 @@ impl Client {
         // SET may have gone.
         let mut cleanup = ReleaseOnDrop::new(self, &held);
         self.inner.counters.count(Event::Attempt);
+        let vote = self.vote();
         let round = match &target.fence {
             // Without fencing, a plain SET: a Lua script costs the server
             // ~5× the CPU of the command it wraps.
@@ -270,7 +279,9 @@ impl Client {
                 let set = Arc::new(set);
                 self.round(Phase::Acquire, target, |node, settled| {
                     let set = Arc::clone(&set);
-                    async move { parse_set(node.run_command(&set, &settled).await?).map(|()| 0) }
+                    async move {
+                        parse_set(node.run_command(&set, &settled, vote).await?).map(|()| 0)
+                    }
                 })
                 .await
             }
@@ -289,7 +300,7 @@ impl Client {
                 let pipe = Arc::new(pipe);
                 self.round(Phase::Acquire, target, |node, settled| {
                     let pipe = Arc::clone(&pipe);
-                    async move { parse_probed_set(node.run_pipeline(&pipe, &settled).await?) }
+                    async move { parse_probed_set(node.run_pipeline(&pipe, &settled, vote).await?) }
                 })
                 .await
             }
@@ -307,7 +318,7 @@ impl Client {
                 ));
                 self.round(Phase::Acquire, target, |node, settled| {
                     let pipe = Arc::clone(&pipe);
-                    async move { parse_fenced(node.run_pipeline(&pipe, &settled).await?) }
+                    async move { parse_fenced(node.run_pipeline(&pipe, &settled, vote).await?) }
                 })
                 .await
             }
@@ -377,6 +388,7 @@ impl Client {
         let deadline = (Instant::now() + config.node_timeout).min(useful_end);
         let (fence_key, retention) = target.fence.clone().unwrap_or_default();
         let token_arg: Arc<str> = merged.token.to_string().into();
+        let vote = self.vote();
         let mut fan =
             FanOut::start_credited(nodes, targets, credited, deadline, |node, settled| {
                 let (key, value, fence_key, token_arg, retention) = (
@@ -390,8 +402,15 @@ impl Client {
                     let args: [&[u8]; 3] =
                         [value.as_bytes(), token_arg.as_bytes(), retention.as_bytes()];
                     parse_flag(
-                        node.run_script(&WRITE_BACK, &[&key, &fence_key], &args, &settled, false)
-                            .await?,
+                        node.run_script(
+                            &WRITE_BACK,
+                            &[&key, &fence_key],
+                            &args,
+                            &settled,
+                            false,
+                            vote,
+                        )
+                        .await?,
                     )
                 }
             });
@@ -445,13 +464,14 @@ impl Client {
     ) -> Result<(Instant, Instant), Error> {
         let target = self.target(resource, ttl)?;
         let ttl_arg: Arc<str> = target.ttl.millis().to_string().into();
+        let vote = self.vote();
         let round = self
             .round(Phase::Extend, &target, |node, settled| {
                 let (key, value, ttl_arg) = (held.key.clone(), held.value.clone(), ttl_arg.clone());
                 async move {
                     let args: [&[u8]; 2] = [value.as_bytes(), ttl_arg.as_bytes()];
                     parse_flag(
-                        node.run_script(&EXTEND, &[&key], &args, &settled, false)
+                        node.run_script(&EXTEND, &[&key], &args, &settled, false, vote)
                             .await?,
                     )
                 }
@@ -574,7 +594,7 @@ impl Client {
             async move {
                 let args: [&[u8]; 2] = [value.as_bytes(), notice.as_bytes()];
                 parse_flag(
-                    node.run_script(&RELEASE, &[&key], &args, &Settled::NEVER, true)
+                    node.run_script(&RELEASE, &[&key], &args, &Settled::NEVER, true, None)
                         .await?,
                 )
             }
@@ -608,6 +628,12 @@ impl Client {
         auto.schedule(target, self.node_timeout())
     }
 
+    /// The restart guard's window for a vote now (`None`: guard off).
+    fn vote(&self) -> Option<Duration> {
+        let longest = Duration::from_millis(self.inner.longest_ttl_ms.load(Ordering::Relaxed));
+        self.inner.config.restart_guard.window(longest)
+    }
+
     /// Whether waiting acquires wait for release notifications.
     pub(crate) fn wake_on_release(&self) -> bool {
         self.inner.config.wake_on_release
@@ -626,7 +652,7 @@ impl Client {
         pttl.arg(&*target.key);
         let reply = tokio::time::timeout(
             self.inner.config.node_timeout,
-            node.run_command(&pttl, &Settled::NEVER),
+            node.run_command(&pttl, &Settled::NEVER, None),
         )
         .await;
         match reply {

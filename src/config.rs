@@ -9,6 +9,7 @@ use crate::client::Client;
 use crate::error::ConfigError;
 use crate::node::{Node, NodeTimeouts, Registry};
 use crate::resource::{DEFAULT_PREFIX, MAX_PREFIX_LEN};
+use crate::restart::RestartGuard;
 use crate::retry::Retry;
 
 /// Most nodes a client may have. Node sets are bitmasks; a Redlock of more
@@ -35,6 +36,7 @@ pub struct Builder {
     fence_retention: Duration,
     auto_extend: Option<AutoExtend>,
     wake_on_release: bool,
+    restart_guard: RestartGuard,
 }
 
 /// The default of [`Builder::fence_retention`]: one day.
@@ -52,6 +54,7 @@ pub(crate) struct Config {
     pub(crate) fencing: Option<Duration>,
     pub(crate) auto_extend: Option<AutoExtend>,
     pub(crate) wake_on_release: bool,
+    pub(crate) restart_guard: RestartGuard,
 }
 
 impl Builder {
@@ -73,6 +76,7 @@ impl Builder {
             fence_retention: DEFAULT_FENCE_RETENTION,
             auto_extend: None,
             wake_on_release: true,
+            restart_guard: RestartGuard::new(),
         }
     }
 
@@ -185,6 +189,14 @@ impl Builder {
         self
     }
 
+    /// Keeps a node whose server (re)started recently out of quorums; see
+    /// [`RestartGuard`]. Defaults to [`RestartGuard::new()`]: on, for the
+    /// longest TTL this client has requested.
+    pub fn restart_guard(mut self, guard: RestartGuard) -> Self {
+        self.restart_guard = guard;
+        self
+    }
+
     /// Validates the settings and builds the client. Does not connect.
     pub fn build(self) -> Result<Client, ConfigError> {
         if self.urls.is_empty() {
@@ -244,6 +256,7 @@ impl Builder {
             fencing: self.fencing.then_some(self.fence_retention),
             auto_extend: self.auto_extend,
             wake_on_release: self.wake_on_release,
+            restart_guard: self.restart_guard,
         };
         Ok(Client::from_parts(nodes, config))
     }

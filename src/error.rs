@@ -178,6 +178,17 @@ pub enum NodeErrorKind {
         /// Time since the oldest unanswered request was sent.
         silent_for: Duration,
     },
+    /// The node's server started less than the restart guard's window ago
+    /// (it restarted, or is seen for the first time that young), so it may
+    /// have lost locks it granted: it does not vote until the window has
+    /// passed. Nothing was sent. See [`RestartGuard`](crate::RestartGuard).
+    #[error("started {uptime:?} ago, does not vote for another {votes_in:?} (restart guard)")]
+    Restarted {
+        /// Time since the server started (as estimated from its uptime).
+        uptime: Duration,
+        /// Time until it votes again.
+        votes_in: Duration,
+    },
     /// Not sent: a release to a node the lock never reached.
     #[error("skipped: the lock was never sent to this node")]
     Skipped,
@@ -220,6 +231,7 @@ impl NodeErrorKind {
                 | NodeErrorKind::Backoff { .. }
                 | NodeErrorKind::Abandoned
                 | NodeErrorKind::Stalled { .. }
+                | NodeErrorKind::Restarted { .. }
                 | NodeErrorKind::Skipped
         )
     }

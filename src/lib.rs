@@ -103,6 +103,8 @@
 //! - `notify`: waiting by notification (release `PUBLISH`, one subscription
 //!   connection per node, a FIFO of waiters per resource).
 //! - `retry`: [`Retry`], the waiting policy as a value.
+//! - `restart`: [`RestartGuard`], which keeps a recently (re)started node
+//!   out of quorums for one window.
 //! - `node`: one connection per node, identity checks, per-call deadlines.
 //! - `audit`: [`Audit`], a read-only check of each node against Redlock's
 //!   assumptions (reachable master, distinct server, no eviction, persistence,
@@ -135,6 +137,7 @@ mod notify;
 mod quorum;
 mod request;
 mod resource;
+mod restart;
 mod retry;
 mod scripts;
 mod stats;
@@ -159,6 +162,7 @@ pub use guard::{Lease, LockGuard};
 pub use lost::{LossReason, LostLock};
 pub use request::LockRequest;
 pub use resource::{DEFAULT_PREFIX, MAX_PREFIX_LEN, MAX_RESOURCE_LEN};
+pub use restart::RestartGuard;
 pub use retry::Retry;
 pub use stats::Stats;
 pub use store::{Fenced, FencedStore, StaleToken, StoreError, DEFAULT_STORE_TIMEOUT};

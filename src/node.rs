@@ -25,6 +25,7 @@ use redis::{AsyncConnectionConfig, Cmd, ErrorKind, Pipeline, RedisError, ServerE
 
 use crate::error::NodeErrorKind;
 use crate::fanout::Settled;
+use crate::restart;
 use crate::scripts::Script;
 
 /// What a node learned about the server at connect time. Later features (the
@@ -47,8 +48,10 @@ struct Connected {
     /// Distinguishes this connection from its successors, so a failure seen
     /// on an old connection cannot tear down a newer one.
     generation: u64,
-    #[allow(dead_code)] // read by the restart guard (roadmap)
     identity: Arc<Identity>,
+    /// When the server started, on this process's clock (the restart
+    /// guard's reference; see `restart.rs`).
+    started: Instant,
 }
 
 enum State {
@@ -81,7 +84,8 @@ impl Registry {
     /// Records `run_id` for node `index`, unless another node already
     /// claimed it. The first node to connect keeps the identity, so the
     /// outcome does not flap between the two URLs.
-    fn claim(&self, index: usize, run_id: &str) -> Result<(), usize> {
+    /// Returns the `run_id` the node had before, if any.
+    fn claim(&self, index: usize, run_id: &str) -> Result<Option<String>, usize> {
         // A std Mutex: held for a scan of N entries, never across an await.
         let mut ids = self.run_ids.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(other) = ids
@@ -91,10 +95,9 @@ impl Registry {
         {
             return Err(other);
         }
-        if let Some(slot) = ids.get_mut(index) {
-            *slot = Some(run_id.to_owned());
-        }
-        Ok(())
+        Ok(ids
+            .get_mut(index)
+            .and_then(|slot| slot.replace(run_id.to_owned())))
     }
 }
 
@@ -214,8 +217,9 @@ impl Node {
         args: &[&[u8]],
         settled: &Settled,
         through_stall: bool,
+        vote: Option<Duration>,
     ) -> Result<Value, NodeErrorKind> {
-        let connected = self.ready(settled, through_stall).await?;
+        let connected = self.ready(settled, through_stall, vote).await?;
         let mut conn = connected.conn.clone();
         let first = script.evalsha(keys, args).query_async(&mut conn).await;
         let reply = match first {
@@ -237,8 +241,9 @@ impl Node {
         &self,
         cmd: &Cmd,
         settled: &Settled,
+        vote: Option<Duration>,
     ) -> Result<Value, NodeErrorKind> {
-        self.run_request(Request::Cmd(cmd), settled).await
+        self.run_request(Request::Cmd(cmd), settled, vote).await
     }
 
     /// Runs a pipeline (a `MULTI`/`EXEC` transaction when atomic) as one
@@ -248,16 +253,18 @@ impl Node {
         &self,
         pipe: &Pipeline,
         settled: &Settled,
+        vote: Option<Duration>,
     ) -> Result<Value, NodeErrorKind> {
-        self.run_request(Request::Pipe(pipe), settled).await
+        self.run_request(Request::Pipe(pipe), settled, vote).await
     }
 
     async fn run_request(
         &self,
         request: Request<'_>,
         settled: &Settled,
+        vote: Option<Duration>,
     ) -> Result<Value, NodeErrorKind> {
-        let connected = self.ready(settled, false).await?;
+        let connected = self.ready(settled, false, vote).await?;
         let mut conn = connected.conn.clone();
         let reply = match request {
             Request::Cmd(cmd) => cmd.query_async(&mut conn).await,
@@ -269,15 +276,27 @@ impl Node {
     /// The connection to send on, or why nothing may be sent. The caller
     /// sends right after, with no await in between (the first poll of
     /// `query_async` puts the command in the connection's queue), so the
-    /// `settled` check cannot go stale.
+    /// `settled` check cannot go stale. `vote` is the restart guard's
+    /// window for requests that count toward a quorum (acquire, extend,
+    /// write-back): a server that started less than that ago gets nothing.
     async fn ready(
         &self,
         settled: &Settled,
         through_stall: bool,
+        vote: Option<Duration>,
     ) -> Result<Connected, NodeErrorKind> {
         let connected = self.connection(through_stall).await?;
         if settled.is_set() {
             return Err(NodeErrorKind::Abandoned);
+        }
+        if let Some(window) = vote {
+            let now = Instant::now();
+            if let Some(votes_in) = restart::votes_in(connected.started, now, window) {
+                return Err(NodeErrorKind::Restarted {
+                    uptime: now.saturating_duration_since(connected.started),
+                    votes_in,
+                });
+            }
         }
         Ok(connected)
     }
@@ -379,6 +398,7 @@ impl Node {
                 None => result.map(|(conn, identity)| Connected {
                     conn,
                     generation,
+                    started: restart::started(Instant::now(), identity.uptime),
                     identity: Arc::new(identity),
                 }),
             }
@@ -401,15 +421,20 @@ impl Node {
         result: Result<(MultiplexedConnection, Identity), NodeErrorKind>,
     ) -> ConnectResult {
         let result = result.and_then(|(conn, identity)| {
-            self.registry
+            let previous = self
+                .registry
                 .claim(self.index, &identity.run_id)
                 .map_err(|other| NodeErrorKind::SameServer {
                     other,
                     run_id: identity.run_id.clone(),
                 })?;
+            if previous.is_some_and(|id| id != identity.run_id) {
+                tracing::warn!(node = %self.addr, run_id = %identity.run_id, uptime = ?identity.uptime, "server restarted");
+            }
             Ok(Connected {
                 conn,
                 generation,
+                started: restart::started(Instant::now(), identity.uptime),
                 identity: Arc::new(identity),
             })
         });
@@ -562,15 +587,15 @@ mod tests {
     #[test]
     fn registry_first_claim_wins() {
         let r = Registry::new(3);
-        assert_eq!(r.claim(0, "a"), Ok(()));
-        assert_eq!(r.claim(1, "b"), Ok(()));
+        assert_eq!(r.claim(0, "a"), Ok(None));
+        assert_eq!(r.claim(1, "b"), Ok(None));
         assert_eq!(r.claim(2, "a"), Err(0));
         // A node reconnecting to its own server is fine; a restart with a new
-        // run_id replaces the old one.
-        assert_eq!(r.claim(0, "a"), Ok(()));
-        assert_eq!(r.claim(0, "c"), Ok(()));
-        assert_eq!(r.claim(2, "a"), Ok(()));
+        // run_id replaces the old one (and reports it).
+        assert_eq!(r.claim(0, "a"), Ok(Some("a".to_owned())));
+        assert_eq!(r.claim(0, "c"), Ok(Some("a".to_owned())));
+        assert_eq!(r.claim(2, "a"), Ok(None));
         // Out-of-range index: no panic.
-        assert_eq!(r.claim(9, "z"), Ok(()));
+        assert_eq!(r.claim(9, "z"), Ok(None));
     }
 }

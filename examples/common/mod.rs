@@ -62,6 +62,29 @@ where
     }
 }
 
+/// Whether the lock nodes were started by this example a moment ago.
+static FRESH_NODES: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// A client builder for the lock nodes. Against nodes this example started
+/// itself the restart guard is off: the servers are seconds old, and the
+/// guard cannot tell a server that just started from one that just
+/// restarted without its data, so it would keep them out of every quorum
+/// for one TTL. Against your own nodes (`REDFENCE_NODES`) the guard stays
+/// on, as in any real deployment.
+pub fn builder(nodes: &[String]) -> redfence::Builder {
+    let builder = redfence::Client::builder(nodes.iter().cloned());
+    if FRESH_NODES.load(std::sync::atomic::Ordering::Relaxed) {
+        builder.restart_guard(redfence::RestartGuard::off())
+    } else {
+        builder
+    }
+}
+
+/// `Client::new` for the lock nodes; see [`builder`].
+pub fn client(nodes: &[String]) -> Result<redfence::Client, BoxError> {
+    Ok(builder(nodes).build()?)
+}
+
 fn run_inner<F, Fut>(body: F) -> Result<(), BoxError>
 where
     F: FnOnce(Vec<String>) -> Fut,
@@ -96,6 +119,7 @@ impl LockNodes {
             return Ok(Self { urls, _local: None });
         }
         let cluster = start_local(|| Cluster::start(LOCAL_NODES))?;
+        FRESH_NODES.store(true, std::sync::atomic::Ordering::Relaxed);
         let urls = cluster.urls();
         println!(
             "lock nodes: {LOCAL_NODES} local redis-server processes, stopped at exit \

@@ -23,7 +23,7 @@ fn durable() -> ServerOptions {
 /// A generous connect timeout, so a loaded machine never turns a healthy
 /// node into an unreachable one. Tests of the bound set their own.
 fn client(urls: impl IntoIterator<Item = String>) -> Client {
-    Client::builder(urls)
+    crate::helpers::builder(urls)
         .connect_timeout(secs(5))
         .build()
         .unwrap()
@@ -244,7 +244,7 @@ async fn two_urls_to_one_server_share_a_run_id() {
 /// plus a margin for a loaded machine, and the other nodes still audited.
 async fn unreachable_within_bound(cluster: &Cluster, down: usize) -> Audit {
     let connect_timeout = secs(1);
-    let client = Client::builder(cluster.urls())
+    let client = crate::helpers::builder(cluster.urls())
         .connect_timeout(connect_timeout)
         .build()
         .unwrap();

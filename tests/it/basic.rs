@@ -5,7 +5,7 @@ use crate::support::Cluster;
 #[tokio::test]
 async fn smoke_acquire_release_on_three_nodes() {
     let cluster = Cluster::start(3);
-    let client = redfence::Client::new(cluster.urls()).unwrap();
+    let client = crate::helpers::client(cluster.urls()).unwrap();
     let guard = client
         .acquire("smoke", Duration::from_secs(5))
         .await

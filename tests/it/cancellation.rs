@@ -78,7 +78,7 @@ async fn assert_free(cluster: &Cluster, client: &Client, resource: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dropped_acquires_leave_no_lock() {
     let cluster = Cluster::start(3);
-    let client = Client::builder(cluster.urls())
+    let client = crate::helpers::builder(cluster.urls())
         .node_timeout(ms(300))
         .build()
         .unwrap();
@@ -95,7 +95,7 @@ async fn dropped_acquires_leave_no_lock() {
 async fn dropped_while_connecting_leaves_no_lock() {
     let cluster = Cluster::start(3);
     for _ in 0..20 {
-        let client = Client::new(cluster.urls()).unwrap();
+        let client = crate::helpers::client(cluster.urls()).unwrap();
         let budget = Duration::from_micros(rand::random_range(0..3_000));
         if let Ok(result) = timeout(budget, client.acquire("connecting", TTL)).await {
             drop(result.unwrap());
@@ -139,7 +139,7 @@ async fn dropped_with_lock_releases() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dropped_acquires_with_a_frozen_node_leave_no_lock() {
     let mut cluster = Cluster::start(3);
-    let client = Client::builder(cluster.urls())
+    let client = crate::helpers::builder(cluster.urls())
         .node_timeout(ms(300))
         .build()
         .unwrap();

@@ -11,7 +11,7 @@
 
 use std::time::{Duration, Instant};
 
-use redfence::{Client, Retry};
+use redfence::Retry;
 
 use crate::helpers::{eventually, ms, secs, LOCK_KEYS};
 use crate::support::{Cluster, RedisServer};
@@ -95,7 +95,7 @@ async fn workload(
             tokio::spawn(async move {
                 let mut conn = counter_connection(&counter_url).await;
                 let client = urls.map(|urls| {
-                    Client::builder(urls)
+                    crate::helpers::builder(urls)
                         .node_timeout(ms(500))
                         .retry(
                             Retry::new()

@@ -17,7 +17,7 @@ use crate::support::{Cluster, RedisServer, ServerOptions};
 const NOWHERE: &str = "redis://127.0.0.1:1";
 
 fn config_error(urls: &[&str]) -> ConfigError {
-    match Client::new(urls.iter().copied()) {
+    match crate::helpers::client(urls.iter().copied()) {
         Err(Error::Config(e)) => {
             assert_message_style(&e.to_string());
             e
@@ -49,7 +49,7 @@ fn more_than_64_nodes() {
     assert!(matches!(e, ConfigError::TooManyNodes(65)), "{e:?}");
     assert_message_style(&e.to_string());
     // 64 is fine.
-    assert!(redfence::Client::new(&urls[..64]).is_ok());
+    assert!(crate::helpers::client(&urls[..64]).is_ok());
 }
 
 #[test]
@@ -157,7 +157,7 @@ fn duplicate_nodes_are_refused() {
 
 #[tokio::test]
 async fn invalid_ttls_are_refused_before_any_io() {
-    let client = Client::new([NOWHERE]).unwrap();
+    let client = crate::helpers::client([NOWHERE]).unwrap();
     for ttl in [
         Duration::ZERO,
         Duration::from_micros(500),
@@ -189,7 +189,7 @@ async fn invalid_ttls_are_refused_before_any_io() {
 #[tokio::test]
 async fn extend_with_an_invalid_ttl_is_refused_and_keeps_the_lock() {
     let cluster = Cluster::start(1);
-    let client = Client::new(cluster.urls()).unwrap();
+    let client = crate::helpers::client(cluster.urls()).unwrap();
     let guard = client.acquire("r", secs(10)).await.unwrap();
     let until = guard.valid_until();
     for ttl in [Duration::ZERO, Duration::MAX] {
@@ -204,7 +204,7 @@ async fn extend_with_an_invalid_ttl_is_refused_and_keeps_the_lock() {
 #[tokio::test]
 async fn the_longest_ttl_is_accepted() {
     let cluster = Cluster::start(1);
-    let client = Client::new(cluster.urls()).unwrap();
+    let client = crate::helpers::client(cluster.urls()).unwrap();
     let guard = client.acquire("year", MAX_TTL).await.unwrap();
     assert!(guard.validity() > MAX_TTL - MAX_TTL / 50);
     guard.release().await;
@@ -213,31 +213,34 @@ async fn the_longest_ttl_is_accepted() {
 #[test]
 fn drift_factor_outside_zero_to_one() {
     for factor in [1.0, -0.1, f64::NAN, f64::INFINITY] {
-        let e = build_error(Client::builder([NOWHERE]).drift_factor(factor));
+        let e = build_error(crate::helpers::builder([NOWHERE]).drift_factor(factor));
         assert!(matches!(e, ConfigError::DriftFactor(_)), "{factor}: {e:?}");
     }
-    let e = build_error(Client::builder([NOWHERE]).drift_factor(1.0));
+    let e = build_error(crate::helpers::builder([NOWHERE]).drift_factor(1.0));
     assert_eq!(e.to_string(), "drift factor 1 is outside [0, 1)");
-    assert!(Client::builder([NOWHERE]).drift_factor(0.0).build().is_ok());
+    assert!(crate::helpers::builder([NOWHERE])
+        .drift_factor(0.0)
+        .build()
+        .is_ok());
 }
 
 #[test]
 fn zero_durations() {
     let cases = [
         (
-            Client::builder([NOWHERE]).node_timeout(Duration::ZERO),
+            crate::helpers::builder([NOWHERE]).node_timeout(Duration::ZERO),
             "node timeout",
         ),
         (
-            Client::builder([NOWHERE]).connect_timeout(Duration::ZERO),
+            crate::helpers::builder([NOWHERE]).connect_timeout(Duration::ZERO),
             "connect timeout",
         ),
         (
-            Client::builder([NOWHERE]).reconnect_backoff_max(Duration::ZERO),
+            crate::helpers::builder([NOWHERE]).reconnect_backoff_max(Duration::ZERO),
             "reconnect backoff",
         ),
         (
-            Client::builder([NOWHERE]).fence_retention(Duration::ZERO),
+            crate::helpers::builder([NOWHERE]).fence_retention(Duration::ZERO),
             "fence retention",
         ),
     ];
@@ -253,12 +256,13 @@ fn zero_durations() {
 
 #[test]
 fn prefix_too_long() {
-    let e = build_error(Client::builder([NOWHERE]).key_prefix("p".repeat(MAX_PREFIX_LEN + 1)));
+    let e =
+        build_error(crate::helpers::builder([NOWHERE]).key_prefix("p".repeat(MAX_PREFIX_LEN + 1)));
     assert!(
         matches!(e, ConfigError::PrefixTooLong(n) if n == MAX_PREFIX_LEN + 1),
         "{e:?}"
     );
-    assert!(Client::builder([NOWHERE])
+    assert!(crate::helpers::builder([NOWHERE])
         .key_prefix("p".repeat(MAX_PREFIX_LEN))
         .build()
         .is_ok());
@@ -266,7 +270,7 @@ fn prefix_too_long() {
 
 #[tokio::test]
 async fn invalid_resource_names() {
-    let client = Client::new([NOWHERE]).unwrap();
+    let client = crate::helpers::client([NOWHERE]).unwrap();
     let long = "r".repeat(MAX_RESOURCE_LEN + 1);
     for resource in ["", long.as_str()] {
         let err = client.acquire(resource, secs(1)).await.unwrap_err();
@@ -283,7 +287,7 @@ async fn invalid_resource_names() {
 #[tokio::test]
 async fn longest_resource_name_locks() {
     let cluster = Cluster::start(1);
-    let client = Client::builder(cluster.urls())
+    let client = crate::helpers::builder(cluster.urls())
         .key_prefix("p".repeat(MAX_PREFIX_LEN))
         .build()
         .unwrap();
@@ -328,7 +332,7 @@ fn patient(client: &Client, resource: &str) -> redfence::LockRequest {
 async fn same_server_twice_cannot_reach_a_quorum_of_two() {
     let server = RedisServer::start();
     let alias = format!("redis://localhost:{}", server.port());
-    let client = Client::builder([server.url(), alias])
+    let client = crate::helpers::builder([server.url(), alias])
         .node_timeout(secs(1))
         .build()
         .unwrap();
@@ -371,7 +375,7 @@ async fn same_server_alias_does_not_vote() {
     let alias = format!("redis://127.0.0.1:{}/1", a.port());
     // Without fencing the lock key is the only key, so the keyspace per db
     // shows which URL wrote.
-    let client = Client::builder([a.url(), alias, b.url()])
+    let client = crate::helpers::builder([a.url(), alias, b.url()])
         .node_timeout(secs(1))
         .fencing(false)
         .build()
@@ -418,7 +422,7 @@ async fn replica_is_not_a_master() {
         replica_of: Some(master.port()),
         ..ServerOptions::default()
     });
-    let client = Client::new([replica.url()]).unwrap();
+    let client = crate::helpers::client([replica.url()]).unwrap();
     let started = Instant::now();
     let err = patient(&client, "replica").acquire().await.unwrap_err();
     let q = assert_gave_up_at_once(&err, started);
@@ -434,7 +438,7 @@ async fn replica_is_not_a_master() {
 
     // Next to two masters the replica's vote is simply missing.
     let m2 = RedisServer::start();
-    let client = Client::new([master.url(), replica.url(), m2.url()]).unwrap();
+    let client = crate::helpers::client([master.url(), replica.url(), m2.url()]).unwrap();
     let guard = client.acquire("replica", secs(5)).await.unwrap();
     guard.release().await;
 }
@@ -451,7 +455,7 @@ fn auth_failure(err: &Error) -> &redfence::NodeFailure {
 }
 
 async fn assert_auth_fails(urls: Vec<String>, addr: &str) {
-    let client = Client::new(urls).unwrap();
+    let client = crate::helpers::client(urls).unwrap();
     let started = Instant::now();
     let err = patient(&client, "auth").acquire().await.unwrap_err();
     assert_gave_up_at_once(&err, started);
@@ -497,7 +501,7 @@ async fn missing_password() {
 async fn correct_password() {
     let server = password_protected();
     let port = server.port();
-    let client = Client::new([format!("redis://:s3cret@127.0.0.1:{port}")]).unwrap();
+    let client = crate::helpers::client([format!("redis://:s3cret@127.0.0.1:{port}")]).unwrap();
     let guard = client.acquire("auth", secs(5)).await.unwrap();
     assert_eq!(server.count_keys(LOCK_KEYS), 1);
     let released = guard.release().await;
@@ -520,7 +524,8 @@ async fn acl_user_wrong_password() {
     .await;
     assert_auth_fails(vec![format!("redis://bob:s3cret@127.0.0.1:{port}")], &addr).await;
 
-    let client = Client::new([format!("redis://alice:s3cret@127.0.0.1:{port}")]).unwrap();
+    let client =
+        crate::helpers::client([format!("redis://alice:s3cret@127.0.0.1:{port}")]).unwrap();
     let guard = client.acquire("acl", secs(5)).await.unwrap();
     assert_eq!(server.count_keys(LOCK_KEYS), 1);
     guard.release().await;
@@ -537,11 +542,13 @@ async fn wrong_password_on_a_minority_and_on_a_majority() {
     });
     let url =
         |i: usize, pass: &str| format!("redis://:{pass}@127.0.0.1:{}", cluster.nodes[i].port());
-    let client = Client::new([url(0, "s3cret"), url(1, "s3cret"), url(2, "hunter2")]).unwrap();
+    let client =
+        crate::helpers::client([url(0, "s3cret"), url(1, "s3cret"), url(2, "hunter2")]).unwrap();
     let guard = client.acquire("minority", secs(5)).await.unwrap();
     guard.release().await;
 
-    let client = Client::new([url(0, "s3cret"), url(1, "hunter2"), url(2, "hunter2")]).unwrap();
+    let client =
+        crate::helpers::client([url(0, "s3cret"), url(1, "hunter2"), url(2, "hunter2")]).unwrap();
     let started = Instant::now();
     let err = patient(&client, "majority").acquire().await.unwrap_err();
     let q = assert_gave_up_at_once(&err, started);
@@ -561,7 +568,7 @@ async fn failure_messages_name_the_nodes() {
     let mut cluster = cluster;
     cluster.node(1).kill();
     cluster.node(2).kill();
-    let client = Client::new(cluster.urls()).unwrap();
+    let client = crate::helpers::client(cluster.urls()).unwrap();
     let err = client
         .lock("named", secs(5))
         .retry(Retry::once())
@@ -586,7 +593,7 @@ async fn failure_messages_name_the_nodes() {
 /// before any I/O.
 #[tokio::test]
 async fn ttl_without_room_for_validity_is_invalid() {
-    let client = Client::builder([NOWHERE])
+    let client = crate::helpers::builder([NOWHERE])
         .min_validity(secs(20))
         .build()
         .unwrap();
@@ -594,7 +601,7 @@ async fn ttl_without_room_for_validity_is_invalid() {
     assert!(matches!(err, Error::InvalidTtl { .. }), "{err}");
     assert_message_style(&err.to_string());
     // 2 ms is all drift (TTL × 0.01 + 2 ms > 2 ms), even with no minimum.
-    let plain = Client::new([NOWHERE]).unwrap();
+    let plain = crate::helpers::client([NOWHERE]).unwrap();
     let err = plain
         .try_acquire("tiny", Duration::from_millis(2))
         .await
@@ -612,7 +619,7 @@ async fn ttl_without_room_for_validity_is_invalid() {
 #[tokio::test]
 async fn grant_too_late_for_the_minimum_validity_is_not_granted() {
     let cluster = Cluster::start(1);
-    let client = Client::builder(cluster.urls())
+    let client = crate::helpers::builder(cluster.urls())
         .drift_factor(0.0)
         .min_validity(Duration::from_micros(900))
         .fencing(false)
@@ -661,7 +668,7 @@ async fn redis_error_replies_are_reported() {
     for node in &cluster.nodes[..2] {
         assert_eq!(node.cli(&["CONFIG", "SET", "maxmemory", "1"]), "OK");
     }
-    let client = Client::new(cluster.urls()).unwrap();
+    let client = crate::helpers::client(cluster.urls()).unwrap();
     let err = client
         .lock("oom", secs(10))
         .retry(Retry::once())

@@ -12,7 +12,7 @@ use crate::helpers::{eventually, lock_key, ms, pttl, secs, warm_up, LOCK_KEYS};
 use crate::support::Cluster;
 
 fn client_with_timeout(cluster: &Cluster, node_timeout: Duration) -> Client {
-    Client::builder(cluster.urls())
+    crate::helpers::builder(cluster.urls())
         .node_timeout(node_timeout)
         .build()
         .unwrap()
@@ -416,7 +416,7 @@ async fn eval_fallback_recaches_each_script_once() {
 async fn node_down_at_start_joins_when_it_returns() {
     let mut cluster = Cluster::start(3);
     cluster.node(2).kill();
-    let client = Client::builder(cluster.urls())
+    let client = crate::helpers::builder(cluster.urls())
         .node_timeout(ms(300))
         .reconnect_backoff_max(ms(500))
         .build()
@@ -568,7 +568,7 @@ async fn long_pause_under_load_leaves_no_keys() {
 #[tokio::test]
 async fn straggler_connecting_at_the_decision_never_sends() {
     let mut cluster = Cluster::start(3);
-    let client = Client::builder(cluster.urls())
+    let client = crate::helpers::builder(cluster.urls())
         .node_timeout(ms(300))
         .connect_timeout(secs(5))
         .build()

@@ -380,7 +380,7 @@ async fn wait_for(order: &Mutex<Vec<u64>>, count: usize, within: Duration) -> bo
 #[tokio::test]
 async fn fence_state_expires_after_the_retention_and_tokens_still_increase() {
     let cluster = Cluster::start(3);
-    let client = Client::builder(cluster.urls())
+    let client = crate::helpers::builder(cluster.urls())
         .node_timeout(secs(1))
         .fence_retention(ms(300))
         .build()
@@ -423,7 +423,7 @@ async fn fence_state_expires_after_the_retention_and_tokens_still_increase() {
 #[tokio::test]
 async fn fencing_off_has_no_token_and_no_fence_keys() {
     let cluster = Cluster::start(3);
-    let client = Client::builder(cluster.urls())
+    let client = crate::helpers::builder(cluster.urls())
         .node_timeout(secs(1))
         .fencing(false)
         .build()

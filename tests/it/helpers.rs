@@ -58,11 +58,33 @@ pub fn assert_message_style(message: &str) {
     );
 }
 
+/// A builder for the nodes at `urls`, with the restart guard off: every
+/// test starts its own servers a moment before, and the guard cannot tell a
+/// server that just started from one that just restarted without its data
+/// (it would keep them all out for one TTL). The guard itself is tested in
+/// `restart.rs`, on real restarts.
+pub fn builder<I, S>(urls: I) -> redfence::Builder
+where
+    I: IntoIterator<Item = S>,
+    S: Into<String>,
+{
+    redfence::Client::builder(urls).restart_guard(redfence::RestartGuard::off())
+}
+
+/// `Client::new` for test servers: see [`builder`].
+pub fn client<I, S>(urls: I) -> Result<redfence::Client, redfence::Error>
+where
+    I: IntoIterator<Item = S>,
+    S: Into<String>,
+{
+    Ok(builder(urls).build()?)
+}
+
 /// A client with a node timeout (1 s) far above any local round trip, for
 /// tests whose outcome must not depend on a loaded machine answering within
 /// the default 100 ms. Tests of timeouts set their own.
 pub fn new_client(cluster: &crate::support::Cluster) -> redfence::Client {
-    redfence::Client::builder(cluster.urls())
+    builder(cluster.urls())
         .node_timeout(secs(1))
         .build()
         .unwrap()

@@ -14,7 +14,7 @@ use crate::support::{Cluster, RedisServer};
 /// A node timeout small enough that a watchdog fits several tries into a
 /// sub-second TTL, large enough for a loaded machine's round trips.
 fn client(cluster: &Cluster, node_timeout: Duration) -> Client {
-    Client::builder(cluster.urls())
+    crate::helpers::builder(cluster.urls())
         .node_timeout(node_timeout)
         .build()
         .unwrap()
@@ -385,7 +385,7 @@ async fn invalid_auto_extension_is_refused_before_acquiring() {
 #[tokio::test]
 async fn client_default_and_opt_out() {
     let cluster = Cluster::start(1);
-    let client = Client::builder(cluster.urls())
+    let client = crate::helpers::builder(cluster.urls())
         .node_timeout(ms(200))
         .auto_extend(AutoExtend::new())
         .build()

@@ -17,4 +17,5 @@ mod modes;
 #[cfg(feature = "postgres")]
 mod postgres;
 mod proxy;
+mod restart;
 mod waiting;

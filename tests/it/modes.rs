@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use redfence::{Client, Error, FailureReason, NodeErrorKind, Phase, Retry, DRIFT_CONSTANT};
+use redfence::{Error, FailureReason, NodeErrorKind, Phase, Retry, DRIFT_CONSTANT};
 
 use crate::helpers::{eventually, lock_key, ms, new_client, pttl, secs, warm_client, LOCK_KEYS};
 use crate::support::Cluster;
@@ -112,7 +112,7 @@ async fn life_cycle_on_five_nodes() {
 #[tokio::test]
 async fn first_lock_of_a_new_client_holds_at_least_a_majority() {
     let cluster = Cluster::start(5);
-    let client = Client::new(cluster.urls()).unwrap();
+    let client = crate::helpers::client(cluster.urls()).unwrap();
     let guard = client.acquire("cold", secs(10)).await.unwrap();
     let counts = cluster.count_keys(LOCK_KEYS);
     assert!(
@@ -136,7 +136,7 @@ async fn first_lock_of_a_new_client_holds_at_least_a_majority() {
 #[tokio::test]
 async fn single_node_release_confirms_once() {
     let cluster = Cluster::start(1);
-    let client = Client::new(cluster.urls()).unwrap();
+    let client = crate::helpers::client(cluster.urls()).unwrap();
     assert_eq!(client.quorum(), 1);
     let guard = client.acquire("single", secs(5)).await.unwrap();
     let released = guard.release().await;

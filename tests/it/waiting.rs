@@ -13,7 +13,7 @@ use crate::helpers::{eventually, lock_key, ms, secs, warm_up, LOCK_KEYS};
 use crate::support::{Cluster, RedisServer};
 
 fn client(cluster: &Cluster) -> Client {
-    Client::builder(cluster.urls())
+    crate::helpers::builder(cluster.urls())
         .node_timeout(secs(1))
         .build()
         .unwrap()
@@ -242,7 +242,7 @@ async fn a_crashed_holder_is_followed_at_its_ttl() {
     let cluster = Cluster::start(3);
     let client = client(&cluster);
     warm_up(&client, &cluster).await;
-    let crashed = Client::builder(cluster.urls()).build().unwrap();
+    let crashed = crate::helpers::builder(cluster.urls()).build().unwrap();
     let holder = crashed.acquire("crash", ms(1500)).await.unwrap();
     // A crash: no release is ever sent (the guard is leaked, not dropped).
     std::mem::forget(holder);
@@ -270,7 +270,7 @@ async fn a_crashed_holder_is_followed_at_its_ttl() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_paused_node_does_not_lose_the_release() {
     let mut cluster = Cluster::start(3);
-    let client = Client::builder(cluster.urls())
+    let client = crate::helpers::builder(cluster.urls())
         .node_timeout(ms(300))
         .build()
         .unwrap();

@@ -1,0 +1,167 @@
+//! The restart guard on real restarts: a node whose server started less
+//! than the window ago does not vote, so a node that crashed and came back
+//! without its data cannot grant a lock a second time while the first may
+//! still be valid. The negative control shows the double grant without it.
+
+use std::time::{Duration, Instant};
+
+use redfence::{Client, Error, FailureReason, NodeErrorKind, RestartGuard, Retry};
+
+use crate::helpers::{eventually, ms, secs, LOCK_KEYS};
+use crate::support::Cluster;
+
+fn guarded(cluster: &Cluster, window: Duration) -> Client {
+    Client::builder(cluster.urls())
+        .node_timeout(ms(500))
+        .restart_guard(RestartGuard::new().with_window(window))
+        .build()
+        .unwrap()
+}
+
+fn restarted_on(err: &Error) -> Vec<usize> {
+    err.node_failures()
+        .iter()
+        .filter(|f| matches!(f.kind, NodeErrorKind::Restarted { .. }))
+        .map(|f| f.index)
+        .collect()
+}
+
+/// Servers that started a moment ago (which the client cannot tell from
+/// servers that just restarted) do not vote until the window has passed;
+/// nothing is sent to them meanwhile.
+#[tokio::test]
+async fn young_servers_vote_only_after_the_window() {
+    let cluster = Cluster::start(3);
+    let client = guarded(&cluster, secs(3));
+    let started = Instant::now();
+    let err = client.try_acquire("r", secs(1)).await.unwrap_err();
+    assert!(err.is_unavailable(), "{err}");
+    assert_eq!(restarted_on(&err).len(), 2, "{err}");
+    for f in err.node_failures() {
+        if let NodeErrorKind::Restarted { votes_in, .. } = f.kind {
+            assert!(votes_in <= secs(3), "{err}");
+        }
+    }
+    assert!(
+        err.to_string().contains("(restart guard)"),
+        "the message names the guard: {err}"
+    );
+    assert_eq!(cluster.count_keys(LOCK_KEYS), vec![0; 3], "nothing was set");
+    // A waiting acquire gets the lock once the servers are old enough.
+    let guard = client
+        .lock("r", secs(1))
+        .retry(Retry::new().with_max_wait(secs(15)))
+        .acquire()
+        .await
+        .expect("the servers vote after the window");
+    // The servers started shortly before `started` (uptime is whole seconds,
+    // so the client's estimate is late by up to one second).
+    assert!(started.elapsed() >= ms(1000), "{:?}", started.elapsed());
+    guard.release().await;
+
+    // The default window is the longest TTL this client requested.
+    let cluster = Cluster::start(1);
+    let client = Client::builder(cluster.urls()).build().unwrap();
+    let err = client.try_acquire("r", secs(30)).await.unwrap_err();
+    assert_eq!(restarted_on(&err), vec![0], "{err}");
+    // Off: the same server votes at once.
+    let off = crate::helpers::client(cluster.urls()).unwrap();
+    off.try_acquire("r", secs(30))
+        .await
+        .unwrap()
+        .expect("no guard, no wait")
+        .release()
+        .await;
+}
+
+/// Two of three nodes crash while a lock is held and come back empty. An
+/// unguarded client is granted the same lock at once: two holders (the
+/// negative control). A guarded client is refused until the window has
+/// passed since the restart, and by then the first lease has run out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_restarted_empty_does_not_vote_twice() {
+    let mut cluster = Cluster::start(3);
+    let (ttl, window) = (secs(3), secs(3));
+    let a = guarded(&cluster, window);
+    let b = guarded(&cluster, window);
+    // Let the servers age past the window, and connect both clients (b
+    // then sees the restart as a change of run_id on reconnect).
+    for client in [&a, &b] {
+        let guard = client
+            .lock("warm-up", ttl)
+            .retry(Retry::new().with_max_wait(secs(15)))
+            .acquire()
+            .await
+            .expect("servers vote after the window");
+        guard.release().await;
+    }
+    let held = a.acquire("r", ttl).await.unwrap();
+    assert!(eventually(secs(3), || cluster.count_keys(LOCK_KEYS) == vec![1; 3]).await);
+    cluster.node(0).restart();
+    cluster.node(1).restart();
+    assert_eq!(
+        cluster.count_keys(LOCK_KEYS),
+        vec![0, 0, 1],
+        "restarted empty"
+    );
+
+    // The holder cannot extend on the restarted nodes: first its old
+    // connections to them are found broken, then the reconnects see new
+    // servers, which do not vote.
+    let mut tries = 0;
+    let err = loop {
+        tries += 1;
+        let err = held.extend(ttl).await.unwrap_err();
+        assert_eq!(
+            err.quorum_failure().map(|q| q.reason),
+            Some(FailureReason::Unavailable),
+            "{err}"
+        );
+        if restarted_on(&err) == vec![0, 1] || tries == 20 {
+            break err;
+        }
+        tokio::time::sleep(ms(50)).await;
+    };
+    assert_eq!(restarted_on(&err), vec![0, 1], "{err}");
+
+    // Negative control: without the guard the empty nodes grant again.
+    let unguarded = crate::helpers::client(cluster.urls()).unwrap();
+    let stolen = unguarded
+        .try_acquire("r", ttl)
+        .await
+        .unwrap()
+        .expect("the restarted nodes vote for a second holder");
+    assert!(
+        held.validity() > Duration::ZERO,
+        "two valid holders at once"
+    );
+    stolen.release().await;
+
+    // Guarded: refused while the first lease may be valid (after finding
+    // its old connections broken, as above).
+    let mut tries = 0;
+    let err = loop {
+        tries += 1;
+        let err = b.try_acquire("r", ttl).await.unwrap_err();
+        assert!(err.is_unavailable(), "{err}");
+        if restarted_on(&err) == vec![0, 1] || tries == 20 {
+            break err;
+        }
+        tokio::time::sleep(ms(50)).await;
+    };
+    assert_eq!(restarted_on(&err), vec![0, 1], "{err}");
+    // Granted only after the window, when the first lease is over.
+    let second = b
+        .lock("r", ttl)
+        .retry(Retry::new().with_max_wait(secs(20)))
+        .acquire()
+        .await
+        .expect("granted after the window");
+    assert!(
+        Instant::now() >= held.valid_until(),
+        "granted {:?} before the first lease ended",
+        held.valid_until() - Instant::now()
+    );
+    second.release().await;
+    drop(held);
+}
