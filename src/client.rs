@@ -16,12 +16,12 @@ use crate::error::{Error, FailureReason, NodeErrorKind, NodeFailure, Phase, Quor
 use crate::fanout::{all_nodes, FanOut, NodeSet, Settled};
 use crate::fence::{merge, FencingToken};
 use crate::guard::{Lease, LockGuard};
-use crate::node::Node;
+use crate::node::{Node, Vote};
 use crate::notify::{Place, Waits};
 use crate::quorum::{quorum, Decision, Tally};
 use crate::request::LockRequest;
 use crate::resource::{fence_key, lock_key, lock_value, validate};
-use crate::scripts::{EXTEND, RELEASE, WRITE_BACK};
+use crate::scripts::{EXTEND, RELEASE, RESEED, WRITE_BACK};
 use crate::stats::{Counters, Event, Stats};
 use crate::validity::{node_budget, validity, Ttl, TtlProblem};
 use crate::watchdog::{AutoExtend, Schedule, Watchdog};
@@ -265,7 +265,7 @@ impl Client {
         // SET may have gone.
         let mut cleanup = ReleaseOnDrop::new(self, &held);
         self.inner.counters.count(Event::Attempt);
-        let vote = self.vote();
+        let vote = self.vote(true);
         let round = match &target.fence {
             // Without fencing, a plain SET: a Lua script costs the server
             // ~5× the CPU of the command it wraps.
@@ -325,6 +325,7 @@ impl Client {
         };
         held.sent = round.sent;
         cleanup.update(&held);
+        self.reseed_if_wanted();
         let start = round.outcome?;
         let token = match &target.fence {
             None => None,
@@ -388,7 +389,7 @@ impl Client {
         let deadline = (Instant::now() + config.node_timeout).min(useful_end);
         let (fence_key, retention) = target.fence.clone().unwrap_or_default();
         let token_arg: Arc<str> = merged.token.to_string().into();
-        let vote = self.vote();
+        let vote = self.vote(true);
         let mut fan =
             FanOut::start_credited(nodes, targets, credited, deadline, |node, settled| {
                 let (key, value, fence_key, token_arg, retention) = (
@@ -464,7 +465,7 @@ impl Client {
     ) -> Result<(Instant, Instant), Error> {
         let target = self.target(resource, ttl)?;
         let ttl_arg: Arc<str> = target.ttl.millis().to_string().into();
-        let vote = self.vote();
+        let vote = self.vote(false);
         let round = self
             .round(Phase::Extend, &target, |node, settled| {
                 let (key, value, ttl_arg) = (held.key.clone(), held.value.clone(), ttl_arg.clone());
@@ -628,10 +629,111 @@ impl Client {
         auto.schedule(target, self.node_timeout())
     }
 
-    /// The restart guard's window for a vote now (`None`: guard off).
-    fn vote(&self) -> Option<Duration> {
+    /// What the restart guard asks of a vote now (`None`: guard off).
+    /// `fenced`: the request moves fences (acquire, write-back), so a young
+    /// server's fences must have been re-seeded first.
+    fn vote(&self, fenced: bool) -> Option<Vote> {
         let longest = Duration::from_millis(self.inner.longest_ttl_ms.load(Ordering::Relaxed));
-        self.inner.config.restart_guard.window(longest)
+        let window = self.inner.config.restart_guard.window(longest)?;
+        Some(Vote {
+            window,
+            fenced: fenced && self.inner.config.fencing.is_some(),
+        })
+    }
+
+    /// Starts the re-seed of every node whose server a fenced vote found
+    /// young and not re-seeded (see `Node::ready`).
+    fn reseed_if_wanted(&self) {
+        for (index, node) in self.inner.nodes.iter().enumerate() {
+            if !node.take_reseed_wanted() {
+                continue;
+            }
+            let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+                node.reseed_done(None);
+                continue;
+            };
+            // A Weak: the re-seed must not keep a dropped client alive; it
+            // ends within a few node round trips anyway.
+            let inner = Arc::downgrade(&self.inner);
+            let span = tracing::info_span!("reseed", node = %node.addr());
+            runtime.spawn(
+                async move {
+                    let Some(inner) = inner.upgrade() else { return };
+                    let client = Client { inner };
+                    let node = Arc::clone(&client.inner.nodes[index]);
+                    match client.reseed(index).await {
+                        Ok((run_id, keys)) => {
+                            tracing::info!(keys, "fences re-seeded from a majority");
+                            node.reseed_done(Some(run_id));
+                        }
+                        Err(reason) => {
+                            tracing::warn!(%reason, "fence re-seed failed; retried on the next vote");
+                            node.reseed_done(None);
+                        }
+                    }
+                }
+                .instrument(span),
+            );
+        }
+    }
+
+    /// Re-seeds node `index`'s fences from a majority of the other nodes:
+    /// every fence key any of them holds, raised on `index` to the largest
+    /// value among them. Any token handed out was written to a majority,
+    /// and any majority of the other nodes intersects it, so afterwards the
+    /// node's fences are at least every token issued before, as if it had
+    /// never lost them (DESIGN.md, "The restart guard"). Returns the
+    /// re-seeded server's `run_id` and the number of keys.
+    async fn reseed(&self, index: usize) -> Result<(String, usize), String> {
+        let nodes = &self.inner.nodes;
+        let target = nodes.get(index).ok_or("no such node")?;
+        let run_id = target.run_id().ok_or("not connected")?;
+        let retention = self.inner.config.fencing.ok_or("fencing is off")?;
+        let retention_ms = retention.as_millis().max(1).to_string();
+        let pattern = format!(
+            "{}*",
+            glob_escape(&fence_key(&self.inner.config.key_prefix, ""))
+        );
+        let bound = self.inner.config.node_timeout.max(Duration::from_secs(1));
+        let mut fences: std::collections::HashMap<String, u64> = Default::default();
+        let mut sources = 0;
+        for (i, node) in nodes.iter().enumerate() {
+            if i == index {
+                continue;
+            }
+            if let Ok(read) = read_fences(node, &pattern, bound).await {
+                sources += 1;
+                for (key, value) in read {
+                    let max = fences.entry(key).or_default();
+                    *max = (*max).max(value);
+                }
+            }
+        }
+        // A majority of all N, the restarted node excluded: every earlier
+        // token lives on at least one of them.
+        if sources < quorum(nodes.len()) && nodes.len() > 1 {
+            return Err(format!(
+                "only {sources} other nodes answered, a majority is needed"
+            ));
+        }
+        let keys: Vec<(String, u64)> = fences.into_iter().collect();
+        for chunk in keys.chunks(RESEED_CHUNK) {
+            let names: Vec<&str> = chunk.iter().map(|(k, _)| k.as_str()).collect();
+            let values: Vec<String> = chunk.iter().map(|(_, v)| v.to_string()).collect();
+            let mut args: Vec<&[u8]> = values.iter().map(|v| v.as_bytes()).collect();
+            args.push(retention_ms.as_bytes());
+            let call = target.run_script(&RESEED, &names, &args, &Settled::NEVER, true, None);
+            match tokio::time::timeout(bound, call).await {
+                Ok(Ok(_)) => {}
+                Ok(Err(e)) => return Err(format!("writing fences: {e}")),
+                Err(_) => return Err("writing fences timed out".into()),
+            }
+        }
+        // The server must still be the one we re-seeded.
+        if target.run_id().as_deref() != Some(run_id.as_str()) {
+            return Err("the server changed during the re-seed".into());
+        }
+        Ok((run_id, keys.len()))
     }
 
     /// Whether waiting acquires wait for release notifications.
@@ -702,6 +804,84 @@ struct Round<T> {
     outcome: Result<Instant, QuorumFailure>,
     sent: NodeSet,
     values: Vec<(usize, T)>,
+}
+
+/// Fence keys written per re-seed script call.
+const RESEED_CHUNK: usize = 256;
+
+/// Every fence key matching `pattern` on `node` with its value (`SCAN` and
+/// `MGET`), each call bounded by `bound`.
+async fn read_fences(
+    node: &Node,
+    pattern: &str,
+    bound: Duration,
+) -> Result<Vec<(String, u64)>, NodeErrorKind> {
+    let mut out = Vec::new();
+    let mut cursor = String::from("0");
+    loop {
+        let mut scan = redis::cmd("SCAN");
+        scan.arg(&cursor)
+            .arg("MATCH")
+            .arg(pattern)
+            .arg("COUNT")
+            .arg(1000);
+        let reply = tokio::time::timeout(bound, node.run_command(&scan, &Settled::NEVER, None))
+            .await
+            .map_err(|_| NodeErrorKind::Timeout(bound))??;
+        let Value::Array(parts) = reply else {
+            return Err(unexpected(reply));
+        };
+        let (next, keys) = match parts.as_slice() {
+            [Value::BulkString(next), Value::Array(keys)] => (
+                String::from_utf8_lossy(next).into_owned(),
+                keys.iter()
+                    .filter_map(|k| match k {
+                        Value::BulkString(b) => Some(String::from_utf8_lossy(b).into_owned()),
+                        _ => None,
+                    })
+                    .collect::<Vec<_>>(),
+            ),
+            _ => return Err(unexpected(Value::Array(parts))),
+        };
+        if !keys.is_empty() {
+            let mut mget = redis::cmd("MGET");
+            for key in &keys {
+                mget.arg(key);
+            }
+            let reply = tokio::time::timeout(bound, node.run_command(&mget, &Settled::NEVER, None))
+                .await
+                .map_err(|_| NodeErrorKind::Timeout(bound))??;
+            if let Value::Array(values) = reply {
+                for (key, value) in keys.into_iter().zip(values) {
+                    let parsed = match value {
+                        Value::BulkString(b) => {
+                            std::str::from_utf8(&b).ok().and_then(|s| s.parse().ok())
+                        }
+                        _ => None,
+                    };
+                    if let Some(v) = parsed {
+                        out.push((key, v));
+                    }
+                }
+            }
+        }
+        if next == "0" {
+            return Ok(out);
+        }
+        cursor = next;
+    }
+}
+
+/// Escapes the glob characters of a key prefix for `SCAN MATCH`.
+fn glob_escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
 }
 
 /// The public id of an acquisition, published with its release.
@@ -1059,6 +1239,12 @@ mod tests {
                 "EXEC"
             ]
         );
+    }
+
+    #[test]
+    fn scan_patterns_escape_the_prefix() {
+        assert_eq!(glob_escape("redfence:fence:"), "redfence:fence:");
+        assert_eq!(glob_escape("a*b?[c]\\"), "a\\*b\\?\\[c\\]\\\\");
     }
 
     #[test]

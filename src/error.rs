@@ -189,6 +189,12 @@ pub enum NodeErrorKind {
         /// Time until it votes again.
         votes_in: Duration,
     },
+    /// The node's server was young when this client connected (it may have
+    /// restarted without its data), and its fences are being re-seeded
+    /// from a majority of the other nodes: with fencing it does not vote
+    /// until that is done. Nothing was sent.
+    #[error("fences being restored from a majority after a restart (restart guard)")]
+    Reseeding,
     /// Not sent: a release to a node the lock never reached.
     #[error("skipped: the lock was never sent to this node")]
     Skipped,
@@ -232,6 +238,7 @@ impl NodeErrorKind {
                 | NodeErrorKind::Abandoned
                 | NodeErrorKind::Stalled { .. }
                 | NodeErrorKind::Restarted { .. }
+                | NodeErrorKind::Reseeding
                 | NodeErrorKind::Skipped
         )
     }

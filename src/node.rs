@@ -129,6 +129,23 @@ pub(crate) struct Node {
     /// Mirrors `inner.stalled.is_some()` so a reply only takes the lock when
     /// there is something to clear.
     stalled_hint: AtomicBool,
+    /// The `run_id` of the server whose fences the restart guard re-seeded
+    /// from a majority (see `Client::reseed`).
+    reseeded: Mutex<Option<String>>,
+    /// Set when a fenced vote found the server young and not re-seeded; the
+    /// client takes it and starts the re-seed.
+    reseed_wanted: AtomicBool,
+    /// A re-seed is running.
+    reseeding: AtomicBool,
+}
+
+/// What a request that counts toward a quorum needs from the restart guard.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Vote {
+    /// A server that started less than this ago does not vote.
+    pub(crate) window: Duration,
+    /// Fenced requests also need a young server's fences re-seeded.
+    pub(crate) fenced: bool,
 }
 
 struct Inner {
@@ -174,6 +191,9 @@ impl Node {
             epoch: Instant::now(),
             last_reply: AtomicU64::new(0),
             stalled_hint: AtomicBool::new(false),
+            reseeded: Mutex::new(None),
+            reseed_wanted: AtomicBool::new(false),
+            reseeding: AtomicBool::new(false),
         })
     }
 
@@ -217,7 +237,7 @@ impl Node {
         args: &[&[u8]],
         settled: &Settled,
         through_stall: bool,
-        vote: Option<Duration>,
+        vote: Option<Vote>,
     ) -> Result<Value, NodeErrorKind> {
         let connected = self.ready(settled, through_stall, vote).await?;
         let mut conn = connected.conn.clone();
@@ -241,7 +261,7 @@ impl Node {
         &self,
         cmd: &Cmd,
         settled: &Settled,
-        vote: Option<Duration>,
+        vote: Option<Vote>,
     ) -> Result<Value, NodeErrorKind> {
         self.run_request(Request::Cmd(cmd), settled, vote).await
     }
@@ -253,7 +273,7 @@ impl Node {
         &self,
         pipe: &Pipeline,
         settled: &Settled,
-        vote: Option<Duration>,
+        vote: Option<Vote>,
     ) -> Result<Value, NodeErrorKind> {
         self.run_request(Request::Pipe(pipe), settled, vote).await
     }
@@ -262,7 +282,7 @@ impl Node {
         &self,
         request: Request<'_>,
         settled: &Settled,
-        vote: Option<Duration>,
+        vote: Option<Vote>,
     ) -> Result<Value, NodeErrorKind> {
         let connected = self.ready(settled, false, vote).await?;
         let mut conn = connected.conn.clone();
@@ -283,22 +303,65 @@ impl Node {
         &self,
         settled: &Settled,
         through_stall: bool,
-        vote: Option<Duration>,
+        vote: Option<Vote>,
     ) -> Result<Connected, NodeErrorKind> {
         let connected = self.connection(through_stall).await?;
         if settled.is_set() {
             return Err(NodeErrorKind::Abandoned);
         }
-        if let Some(window) = vote {
+        if let Some(vote) = vote {
             let now = Instant::now();
-            if let Some(votes_in) = restart::votes_in(connected.started, now, window) {
+            // A server already young when we connected may have lost fences
+            // (a restart without data): with fencing it votes only once they
+            // are re-seeded from a majority, which starts at once, in
+            // parallel with the window.
+            let unseeded = vote.fenced
+                && connected.identity.uptime < vote.window
+                && !self.is_reseeded(&connected.identity.run_id);
+            if unseeded && !self.reseeding.load(Ordering::Acquire) {
+                self.reseed_wanted.store(true, Ordering::Release);
+            }
+            if let Some(votes_in) = restart::votes_in(connected.started, now, vote.window) {
                 return Err(NodeErrorKind::Restarted {
                     uptime: now.saturating_duration_since(connected.started),
                     votes_in,
                 });
             }
+            if unseeded {
+                return Err(NodeErrorKind::Reseeding);
+            }
         }
         Ok(connected)
+    }
+
+    fn is_reseeded(&self, run_id: &str) -> bool {
+        self.reseeded
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_deref()
+            == Some(run_id)
+    }
+
+    /// Takes the re-seed request, marking a re-seed as running.
+    pub(crate) fn take_reseed_wanted(&self) -> bool {
+        self.reseed_wanted.swap(false, Ordering::AcqRel)
+            && !self.reseeding.swap(true, Ordering::AcqRel)
+    }
+
+    /// The re-seed of the server with `run_id` finished (`true`) or gave up.
+    pub(crate) fn reseed_done(&self, run_id: Option<String>) {
+        if let Some(run_id) = run_id {
+            *self.reseeded.lock().unwrap_or_else(|p| p.into_inner()) = Some(run_id);
+        }
+        self.reseeding.store(false, Ordering::Release);
+    }
+
+    /// The `run_id` of the server on the current connection, if connected.
+    pub(crate) fn run_id(&self) -> Option<String> {
+        match &self.lock_inner().state {
+            State::Ready(c) => Some(c.identity.run_id.clone()),
+            _ => None,
+        }
     }
 
     /// Records that the node answered (an error reply is an answer too) and

@@ -140,6 +140,28 @@ return 1
     )
 });
 
+/// The restart guard's re-seed: raises each fence in `KEYS` to the value in
+/// the same position of `ARGV` (the largest a majority of the other nodes
+/// holds), never lowers one. Same decimal-string comparison as the
+/// write-back. Returns the number of keys.
+///
+/// KEYS: fence keys. ARGV: values, then the retention in ms.
+pub(crate) static RESEED: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r#"
+local n = #KEYS
+for i = 1, n do
+  local f = redis.call('GET', KEYS[i])
+  local v = ARGV[i]
+  if not f or #f < #v or (#f == #v and f < v) then
+    redis.call('SET', KEYS[i], v, 'PX', ARGV[n + 1])
+  end
+end
+return n
+"#,
+    )
+});
+
 /// The fenced store's write: store the value only if the token is at least
 /// the largest the key has accepted. Tokens are compared as decimal strings
 /// (length, then bytes), which is exact for every u64. Returns 1 when

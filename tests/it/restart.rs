@@ -165,3 +165,70 @@ async fn a_node_restarted_empty_does_not_vote_twice() {
     second.release().await;
     drop(held);
 }
+
+/// With fencing, a node that came back empty is re-seeded before it votes
+/// in a fenced acquire: each fence the other nodes hold is copied to it at
+/// the largest value among them (not reseeded from a clock), so the tokens
+/// it takes part in keep increasing without any clock assumption.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_node_gets_its_fences_back_from_a_majority() {
+    let mut cluster = Cluster::start(3);
+    let client = guarded(&cluster, ms(1500));
+    let patient = Retry::new().with_max_wait(secs(15));
+    let mut last = std::collections::HashMap::new();
+    for resource in ["a", "b"] {
+        for _ in 0..5 {
+            let guard = client
+                .lock(resource, secs(1))
+                .retry(patient)
+                .acquire()
+                .await
+                .unwrap();
+            last.insert(resource, guard.token().unwrap().get());
+            guard.release().await;
+        }
+    }
+    fn fence(cluster: &Cluster, node: usize, r: &str) -> Option<u64> {
+        cluster.nodes[node]
+            .cli(&["GET", &format!("redfence:fence:{r}")])
+            .parse()
+            .ok()
+    }
+    let expected: Vec<u64> = ["a", "b"]
+        .iter()
+        .map(|r| fence(&cluster, 1, r).max(fence(&cluster, 2, r)).unwrap())
+        .collect();
+    cluster.node(0).restart();
+    let fence = |node: usize, r: &str| fence(&cluster, node, r);
+    assert_eq!(
+        cluster.nodes[0].count_keys("redfence:fence:*"),
+        0,
+        "lost its fences"
+    );
+    // Any fenced acquire (of another resource) finds node 0 young and
+    // starts the re-seed; "a" and "b" are not touched until it is done.
+    let deadline = Instant::now() + secs(15);
+    while fence(0, "a").is_none() || fence(0, "b").is_none() {
+        assert!(Instant::now() < deadline, "node 0 was never re-seeded");
+        if let Ok(guard) = client.lock("c", secs(1)).retry(patient).acquire().await {
+            guard.release().await;
+        }
+        tokio::time::sleep(ms(100)).await;
+    }
+    assert_eq!(
+        vec![fence(0, "a").unwrap(), fence(0, "b").unwrap()],
+        expected,
+        "node 0 holds the majority's largest fence for each resource"
+    );
+    // Tokens keep increasing through it.
+    for resource in ["a", "b"] {
+        let guard = client
+            .lock(resource, secs(1))
+            .retry(patient)
+            .acquire()
+            .await
+            .unwrap();
+        assert!(guard.token().unwrap().get() > last[resource]);
+        guard.release().await;
+    }
+}
