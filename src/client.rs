@@ -277,7 +277,7 @@ impl Client {
                     .arg("PX")
                     .arg(target.ttl.millis());
                 let set = Arc::new(set);
-                self.round(Phase::Acquire, target, |node, settled| {
+                self.round(Phase::Acquire, target, false, |node, settled| {
                     let set = Arc::clone(&set);
                     async move {
                         parse_set(node.run_command(&set, &settled, vote).await?).map(|()| 0)
@@ -298,7 +298,7 @@ impl Client {
                     .cmd("PTTL")
                     .arg(&*held.key);
                 let pipe = Arc::new(pipe);
-                self.round(Phase::Acquire, target, |node, settled| {
+                self.round(Phase::Acquire, target, false, |node, settled| {
                     let pipe = Arc::clone(&pipe);
                     async move { parse_probed_set(node.run_pipeline(&pipe, &settled, vote).await?) }
                 })
@@ -316,7 +316,7 @@ impl Client {
                     fence_seed(),
                     probe,
                 ));
-                self.round(Phase::Acquire, target, |node, settled| {
+                self.round(Phase::Acquire, target, false, |node, settled| {
                     let pipe = Arc::clone(&pipe);
                     async move { parse_fenced(node.run_pipeline(&pipe, &settled, vote).await?) }
                 })
@@ -457,21 +457,27 @@ impl Client {
     /// Resets the TTL on a majority of all N nodes; validity is recomputed
     /// from this extend's own start. Never deletes anything on failure.
     /// Returns the new `valid_until` and the keys' new expiry.
+    ///
+    /// `hear_all`: wait (within the round's deadline) for every node's
+    /// answer after the decision, so that a node reporting another owner is
+    /// seen even when a majority extended first (the watchdog; a caller's
+    /// own extend returns at the decision).
     pub(crate) async fn extend(
         &self,
         resource: &str,
         held: &Held,
         ttl: Duration,
-    ) -> Result<(Instant, Instant), Error> {
+        hear_all: bool,
+    ) -> Result<Extended, Error> {
         let target = self.target(resource, ttl)?;
         let ttl_arg: Arc<str> = target.ttl.millis().to_string().into();
         let vote = self.vote(false);
         let round = self
-            .round(Phase::Extend, &target, |node, settled| {
+            .round(Phase::Extend, &target, hear_all, |node, settled| {
                 let (key, value, ttl_arg) = (held.key.clone(), held.value.clone(), ttl_arg.clone());
                 async move {
                     let args: [&[u8]; 2] = [value.as_bytes(), ttl_arg.as_bytes()];
-                    parse_flag(
+                    parse_extend(
                         node.run_script(&EXTEND, &[&key], &args, &settled, false, vote)
                             .await?,
                     )
@@ -481,17 +487,24 @@ impl Client {
         let start = round
             .outcome
             .map_err(|failure| Error::ExtendFailed(Box::new(failure)))?;
-        Ok((
-            start + target.ttl.duration() - target.drift,
-            start + target.ttl.duration(),
-        ))
+        Ok(Extended {
+            valid_until: start + target.ttl.duration() - target.drift,
+            expires_at: start + target.ttl.duration(),
+            failures: round.failures,
+        })
     }
 
     /// One quorum round of acquire or extend on all N nodes: start the
     /// clock, fan out with one deadline (the node budget), decide at the
     /// first certain outcome, and check the validity left. On success the
     /// outcome is the round's start, from which validity is computed.
-    async fn round<T, F, Fut>(&self, phase: Phase, target: &Target, op: F) -> Round<T>
+    async fn round<T, F, Fut>(
+        &self,
+        phase: Phase,
+        target: &Target,
+        hear_all: bool,
+        op: F,
+    ) -> Round<T>
     where
         T: Clone + Default + Send + 'static,
         F: Fn(Arc<Node>, Settled) -> Fut,
@@ -511,6 +524,9 @@ impl Client {
         let mut fan = FanOut::start(nodes, all_nodes(nodes.len()), start + budget, op);
         let decision = fan.decide(Result::is_ok, start + budget).await;
         let elapsed = start.elapsed();
+        if hear_all && decision == Decision::Reached {
+            fan.hear_rest().await;
+        }
         let (tally, failures, sent) = (fan.tally(), fan.failures(), fan.maybe_sent());
         let values = fan.values();
         // Stragglers finish in the background: what they queued before the
@@ -525,6 +541,7 @@ impl Client {
                             outcome: Ok(start),
                             sent,
                             values,
+                            failures,
                         }
                     }
                     None => FailureReason::ValidityExhausted,
@@ -536,6 +553,7 @@ impl Client {
             outcome: Err(self.failure(phase, target, reason, tally, elapsed, failures)),
             sent,
             values,
+            failures: Vec::new(),
         }
     }
 
@@ -804,6 +822,16 @@ struct Round<T> {
     outcome: Result<Instant, QuorumFailure>,
     sent: NodeSet,
     values: Vec<(usize, T)>,
+    /// On success, the nodes that did not say yes (as far as heard).
+    failures: Vec<NodeFailure>,
+}
+
+/// A successful extend: the new deadline and expiry, and the nodes that
+/// did not extend (as far as heard).
+pub(crate) struct Extended {
+    pub(crate) valid_until: Instant,
+    pub(crate) expires_at: Instant,
+    pub(crate) failures: Vec<NodeFailure>,
 }
 
 /// Fence keys written per re-seed script call.
@@ -952,7 +980,12 @@ fn classify_failure(
             FailureReason::Contended,
         ),
         Phase::Extend | Phase::WriteBack => (
-            |k| matches!(k, NodeErrorKind::NotHeld),
+            |k| {
+                matches!(
+                    k,
+                    NodeErrorKind::NotHeld | NodeErrorKind::HeldByOther { .. }
+                )
+            },
             FailureReason::NotHeld,
         ),
     };
@@ -1088,6 +1121,14 @@ fn held_for(pttl: &Value) -> Result<NodeErrorKind, NodeErrorKind> {
     Ok(NodeErrorKind::HeldByOther { expires_in })
 }
 
+/// The extend script: 1 extended, 0 absent, -1 another owner's value.
+fn parse_extend(reply: Value) -> Result<(), NodeErrorKind> {
+    match reply {
+        Value::Int(-1) => Err(NodeErrorKind::HeldByOther { expires_in: None }),
+        other => parse_flag(other),
+    }
+}
+
 /// 1 done; 0 not held by us.
 fn parse_flag(reply: Value) -> Result<(), NodeErrorKind> {
     match reply {
@@ -1160,7 +1201,9 @@ mod tests {
         let gone = || failure(NodeErrorKind::NotHeld);
         let e = |f: &[NodeFailure]| classify_failure(Phase::Extend, 3, 2, f);
         assert_eq!(e(&[gone(), gone()]), FailureReason::NotHeld);
-        assert_eq!(e(&[held(), held()]), FailureReason::Unavailable);
+        // Another owner's key counts as not ours.
+        assert_eq!(e(&[held(), held()]), FailureReason::NotHeld);
+        assert_eq!(e(&[held(), gone()]), FailureReason::NotHeld);
         assert_eq!(e(&[gone(), timeout()]), FailureReason::Unavailable);
         // Write-back: only the nodes asked count; any other failure among
         // them makes it an availability problem.

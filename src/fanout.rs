@@ -211,6 +211,29 @@ impl<T: Send + Default + 'static> FanOut<T> {
         }
     }
 
+    /// After a decision, waits for the answers still in flight, up to the
+    /// node deadline, recording them (a silent node becomes a timeout).
+    pub(crate) async fn hear_rest(&mut self) {
+        let timer = tokio::time::sleep_until(self.deadline.into());
+        tokio::pin!(timer);
+        loop {
+            let next = tokio::select! {
+                biased;
+                next = self.pending.next() => next,
+                () = &mut timer => None,
+            };
+            let Some((index, result)) = next else {
+                break;
+            };
+            if let Some(slot) = self.answers.get_mut(index) {
+                *slot = Some(result);
+            }
+        }
+        if Instant::now() >= self.deadline {
+            self.expire();
+        }
+    }
+
     /// The node deadline passed: every unanswered node is a timeout.
     fn expire(&mut self) {
         let budget = self.deadline.saturating_duration_since(self.started);

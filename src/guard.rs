@@ -291,12 +291,13 @@ impl LockGuard {
             return Err(Error::LockLost(Box::new(lost)));
         }
         let span = tracing::debug_span!("extend", resource = %self.resource(), ?ttl);
-        let (valid_until, expires_at) = self
+        let extended = self
             .client
-            .extend(self.resource(), &self.lease.held(), ttl)
+            .extend(self.resource(), &self.lease.held(), ttl, false)
             .instrument(span.clone())
             .await
             .inspect_err(|e| span.in_scope(|| tracing::debug!(error = %e, "extend failed")))?;
+        let (valid_until, expires_at) = (extended.valid_until, extended.expires_at);
         // The new deadline replaces the old one even when it is earlier: a
         // shorter `ttl` shortened the keys on the nodes that answered, so the
         // old deadline is no longer backed by a majority.

@@ -14,6 +14,10 @@ pub enum LossReason {
     /// An extend found the key gone or another owner's on so many nodes that
     /// a majority is out of reach: someone else may hold the lock now.
     NotHeld,
+    /// An extend found another owner's value on a node: someone else was
+    /// granted the lock there (our key expired early or the node restarted),
+    /// so the lease can no longer be trusted, even if a majority extended.
+    TakenOver,
     /// The watchdog could not extend on a majority of nodes, retrying, before
     /// the validity ran out (nodes down, paused or partitioned away).
     Unreachable,
@@ -33,6 +37,7 @@ impl fmt::Display for LossReason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
             LossReason::NotHeld => "no longer held on a majority of nodes",
+            LossReason::TakenOver => "another owner holds it on a node",
             LossReason::Unreachable => "could not extend on a majority before the validity ran out",
             LossReason::Expired => "validity ran out without an extension",
             LossReason::HoldLimit => "auto-extension reached its hold limit",

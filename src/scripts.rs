@@ -103,13 +103,18 @@ return 0
 });
 
 /// Reset the expiry only if the key still holds our value. Returns 1 when
-/// extended, 0 when absent or owned by someone else. Never deletes: an extend
+/// extended, 0 when absent, -1 when another owner's value is there (the
+/// watchdog treats that as the lock taken over). Never deletes: an extend
 /// that falls short leaves the lock to expire on its old schedule.
 pub(crate) static EXTEND: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r#"
-if redis.call('GET', KEYS[1]) == ARGV[1] then
+local v = redis.call('GET', KEYS[1])
+if v == ARGV[1] then
   return redis.call('PEXPIRE', KEYS[1], ARGV[2])
+end
+if v then
+  return -1
 end
 return 0
 "#,

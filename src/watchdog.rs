@@ -12,7 +12,7 @@ use tokio::task::JoinHandle;
 use tracing::Instrument;
 
 use crate::client::{Client, Target};
-use crate::error::{Error, FailureReason};
+use crate::error::{Error, FailureReason, NodeErrorKind, NodeFailure};
 use crate::guard::Lease;
 use crate::lost::LossReason;
 
@@ -22,8 +22,9 @@ use crate::lost::LossReason;
 /// request's TTL. Each extend's validity is computed from its own start.
 ///
 /// Transient failures are retried while an extend can still finish before
-/// the validity runs out; when none can, or a majority reports the key gone
-/// or someone else's, the lease is lost and
+/// the validity runs out; when none can, when a majority reports the key
+/// gone, or when any node reports another owner's value, the lease is lost
+/// and
 /// [`Lease::lost`](crate::Lease::lost) resolves with the reason and the
 /// validity still left at that moment. A bound on the total hold
 /// (`max_hold`) or on the number of extensions stops the extending; the
@@ -232,14 +233,29 @@ async fn run(client: Client, lease: Lease, schedule: Schedule) {
             }
         };
         loop {
-            match client.extend(lease.resource(), &lease.held(), ttl).await {
-                Ok((valid_until, expires_at)) => {
-                    lease.extended(valid_until, expires_at);
+            match client
+                .extend(lease.resource(), &lease.held(), ttl, true)
+                .await
+            {
+                Ok(extended) => {
+                    lease.extended(extended.valid_until, extended.expires_at);
                     made += 1;
+                    // A majority extended, but a node holds another owner's
+                    // value: someone was granted the key there, so our lease
+                    // is not what we think (an early expiry, a restart);
+                    // stop before acting on it.
+                    if extended.failures.iter().any(taken_over) {
+                        lease.lose(LossReason::TakenOver, None);
+                        return;
+                    }
                     tracing::debug!(extensions = made, validity = ?lease.validity(), "extended");
                     break;
                 }
                 Err(Error::ExtendFailed(failure)) => {
+                    if failure.failures.iter().any(taken_over) {
+                        lease.lose(LossReason::TakenOver, Some(failure));
+                        return;
+                    }
                     if failure.reason == FailureReason::NotHeld {
                         lease.lose(LossReason::NotHeld, Some(failure));
                         return;
@@ -260,6 +276,10 @@ async fn run(client: Client, lease: Lease, schedule: Schedule) {
             }
         }
     }
+}
+
+fn taken_over(failure: &NodeFailure) -> bool {
+    matches!(failure.kind, NodeErrorKind::HeldByOther { .. })
 }
 
 #[cfg(test)]

@@ -214,6 +214,33 @@ async fn keys_deleted_on_a_majority_are_reported_not_held() {
     guard.release().await;
 }
 
+/// Another owner's value on a single node (someone was granted the key
+/// there after ours vanished) ends the lease, although a majority still
+/// extends: the watchdog hears every node's answer.
+#[tokio::test]
+async fn another_owner_on_one_node_is_a_takeover() {
+    let cluster = Cluster::start(3);
+    let client = client(&cluster, ms(200));
+    warm_up(&client, &cluster).await;
+    let guard = client
+        .lock("shared", secs(3))
+        .auto_extend(AutoExtend::new())
+        .acquire()
+        .await
+        .unwrap();
+    assert!(eventually(secs(3), || cluster.count_keys(LOCK_KEYS) == vec![1; 3]).await);
+    cluster.nodes[2].cli(&["SET", &lock_key("shared"), "someone-else", "PX", "3000"]);
+    let lost = tokio::time::timeout(secs(10), guard.lost()).await.unwrap();
+    assert_eq!(lost.reason, LossReason::TakenOver, "{lost}");
+    assert!(lost.validity_left > Duration::ZERO, "{lost}");
+    assert_eq!(
+        cluster.nodes[2].cli(&["GET", &lock_key("shared")]),
+        "someone-else",
+        "the other owner's key is left alone"
+    );
+    guard.release().await;
+}
+
 #[tokio::test]
 async fn the_hold_bound_ends_the_lease() {
     let cluster = Cluster::start(3);
