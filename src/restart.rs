@@ -8,9 +8,8 @@
 //! least the longest TTL. The client cannot see the restart itself, but it
 //! learns each server's `run_id` and uptime at every connect (a restart
 //! always breaks the connection, so the new process is seen by the
-//! reconnect): it estimates when the server started (connect time − uptime,
-//! which is the *latest* possible start, since `uptime_in_seconds` is
-//! rounded down) and does not count the node toward a quorum until the
+//! reconnect): it estimates the *latest* time the server can have started
+//! ([`started`]) and does not count the node toward a quorum until the
 //! window has passed since then.
 //!
 //! A server seen for the first time with a small uptime is treated the same:
@@ -100,12 +99,21 @@ pub(crate) fn votes_in(started: Instant, now: Instant, window: Duration) -> Opti
     (!left.is_zero()).then_some(left)
 }
 
-/// When the server started, on this process's clock: `connected` minus the
-/// uptime it reported (whole seconds, rounded down by Redis, so this is the
-/// latest possible start and the guard errs on the safe side).
+/// When the server started, on this process's clock, at the latest:
+/// `connected` minus the uptime it reported, plus one second. Redis reports
+/// `uptime_in_seconds` as the difference of two wall-clock times truncated
+/// to whole seconds, so it can be up to a second *more* than the real
+/// uptime (a server started at 0.96 s reports 1 at 1.02 s) as well as less;
+/// the latest start consistent with the report is one second later than
+/// `connected − uptime`. The guard must use the latest: an earlier estimate
+/// would let a server vote up to a second early.
 pub(crate) fn started(connected: Instant, uptime: Duration) -> Instant {
-    connected.checked_sub(uptime).unwrap_or(connected)
+    let earliest = connected.checked_sub(uptime).unwrap_or(connected);
+    earliest.checked_add(UPTIME_GRAIN).unwrap_or(earliest).min(connected)
 }
+
+/// The resolution of `uptime_in_seconds`.
+const UPTIME_GRAIN: Duration = Duration::from_secs(1);
 
 #[cfg(test)]
 mod tests {
@@ -142,8 +150,11 @@ mod tests {
     #[test]
     fn start_is_estimated_conservatively() {
         let t = Instant::now() + 100 * S;
-        // Up for 3 s (really 3.0–3.99 s): started at the latest t − 3 s.
-        assert_eq!(started(t, 3 * S), t - 3 * S);
+        // Reported up for 3 s (really between 2 and 4 s: two truncated wall
+        // clock seconds): started at the latest t − 2 s.
+        assert_eq!(started(t, 3 * S), t - 2 * S);
+        // Reported 0 s: it may have started just now.
+        assert_eq!(started(t, Duration::ZERO), t);
         // An uptime beyond this clock's origin does not panic.
         let early = Instant::now();
         let _ = started(early, Duration::from_secs(u64::MAX / 4));
