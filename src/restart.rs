@@ -109,7 +109,10 @@ pub(crate) fn votes_in(started: Instant, now: Instant, window: Duration) -> Opti
 /// would let a server vote up to a second early.
 pub(crate) fn started(connected: Instant, uptime: Duration) -> Instant {
     let earliest = connected.checked_sub(uptime).unwrap_or(connected);
-    earliest.checked_add(UPTIME_GRAIN).unwrap_or(earliest).min(connected)
+    earliest
+        .checked_add(UPTIME_GRAIN)
+        .unwrap_or(earliest)
+        .min(connected)
 }
 
 /// The resolution of `uptime_in_seconds`.

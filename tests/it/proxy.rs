@@ -500,3 +500,36 @@ async fn acquire_within(client: &Client, resource: &str, within: Duration) -> Lo
         }
     }
 }
+
+/// A black hole that swallowed bytes leaves the open connection out of step
+/// for good: the replies that follow go to the oldest requests still
+/// waiting, which gave up long ago, so every new request times out. Once the
+/// path works, a fresh connection tried beside the silent one answers and
+/// replaces it. Node 0 is killed after the heal, so every lock needs node
+/// 2's vote: without the replacement none is ever granted again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_out_of_step_is_replaced_once_the_path_heals() {
+    let mut cluster = Cluster::start(3);
+    let proxy = proxy_to(&cluster.nodes[2]);
+    let urls = vec![cluster.nodes[0].url(), cluster.nodes[1].url(), proxy.url()];
+    let client = crate::helpers::builder(urls)
+        .node_timeout(ms(200))
+        .connect_timeout(ms(500))
+        .build()
+        .unwrap();
+    warm_up(&client, &cluster).await;
+    proxy.set(Fault::Blackhole);
+    for _ in 0..3 {
+        let guard = client.acquire("bh", secs(5)).await.unwrap();
+        guard.release().await;
+    }
+    proxy.set(Fault::Pass);
+    cluster.node(0).kill();
+    let guard = client
+        .lock("bh", secs(5))
+        .retry(redfence::Retry::new().with_max_wait(secs(15)))
+        .acquire()
+        .await
+        .expect("node 2 votes again after its connection was replaced");
+    guard.release().await;
+}

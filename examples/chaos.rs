@@ -1,0 +1,224 @@
+//! The fault suite: Jepsen-style nemeses against redfence, each run
+//! checked by `redfence::history::check`, one results table at the end.
+//!
+//! ```sh
+//! # CI: every nemesis for 8 s (a few minutes in all, debug build)
+//! cargo run --all-features --example chaos -- --nemesis all --duration 8s --seed 7
+//! # long form
+//! cargo run --release --all-features --example chaos -- --nemesis all --duration 10m --seed 7
+//! # a subset; `--list` names them all
+//! cargo run --all-features --example chaos -- --nemesis kill-aof,pause --duration 1m
+//! ```
+//!
+//! Exit status 1 when a nemesis expected to be safe shows a violation, or
+//! a negative control (`kill-nopersist`, `evict`, `no-fencing`) fails to
+//! show one; so CI can run it.
+//!
+//! ## The rig (one machine, loopback only)
+//!
+//! Per nemesis, fresh servers: 5 lock nodes and 1 data node (`redis-server`
+//! through `tests/support/server.rs`; the data node, which holds the shared
+//! counters and the fenced store, is never faulted), and for the network
+//! nemeses one `FaultProxy` per lock node between every client and it.
+//! Workers are tasks of this process (`--tasks`) and of worker processes
+//! (`--procs` × `--proc-tasks`), which are this binary re-executed with
+//! `--worker ...`. Each worker has its own lock client and data
+//! connection, and loops: pick one of 3 resources, acquire (TTL 400 ms,
+//! node timeout 50 ms, at most 2 s of waiting), then in the critical
+//! section read-modify-write the resource's counter with plain GET/SET
+//! (only the lock protects it: a lost update is broken mutual exclusion)
+//! and write its lease to the resource's `FencedStore` key with its token;
+//! then release. Half the workers release at once, a quarter hold past the
+//! TTL under `AutoExtend` (and repeat the read-modify-write after the
+//! extensions), a quarter keep the guard until the lease has run out.
+//!
+//! ## Clock and history
+//!
+//! Every event (attempt, grant with its validity deadline, extension,
+//! release, lost signal, fenced write, increment, nemesis start/stop,
+//! final counter) is one `redfence::history::Event` JSON line, stamped in
+//! nanoseconds since the run's origin on `CLOCK_MONOTONIC`, read with
+//! `clock_gettime` in every process; the parent passes the origin to its
+//! workers. Deadlines (`Instant`s) are converted by reading both clocks at
+//! once. Worker processes write their lines to stdout; the parent's reader
+//! threads append them to the same file as its own workers' events. The
+//! histories are kept (`--history-dir`, default a new temporary directory).
+//!
+//! Module map: `cli` (options), `clock` (the shared clock), `worker` (the
+//! workload, in tasks and processes), `children` (worker processes, their
+//! output, the worker-pause gate), `nemesis` (the schedules; its docs have
+//! the table of every nemesis), `rig` (one run), `report` (rows, verdicts,
+//! the checks the history checker cannot make itself).
+
+#[path = "../tests/support/proxy.rs"]
+mod proxy;
+#[path = "../tests/support/server.rs"]
+mod server;
+
+// A crate root looks for its modules beside itself, not in a directory
+// named after it: the paths say where they are.
+#[path = "chaos/children.rs"]
+mod children;
+#[path = "chaos/cli.rs"]
+mod cli;
+#[path = "chaos/clock.rs"]
+mod clock;
+#[path = "chaos/nemesis.rs"]
+mod nemesis;
+#[path = "chaos/report.rs"]
+mod report;
+#[path = "chaos/rig.rs"]
+mod rig;
+#[path = "chaos/worker.rs"]
+mod worker;
+
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use crate::nemesis::Nemesis;
+use crate::report::Outcome;
+
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Set by Ctrl-C: every loop stops early, every `Drop` still runs.
+static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+/// Set when an event could not be recorded: the history has holes, and a
+/// history with holes could pass checks the run would fail.
+pub static RECORD_FAILED: AtomicBool = AtomicBool::new(false);
+
+pub fn interrupted() -> bool {
+    INTERRUPTED.load(Ordering::Relaxed)
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some("--worker") {
+        return worker::process_main(&args[1..]);
+    }
+    let opts = match cli::parse(&args) {
+        Ok(o) => o,
+        Err(e) => {
+            if !e.is_empty() {
+                eprintln!("error: {e}\n");
+            }
+            eprintln!("{}", cli::USAGE);
+            return ExitCode::from(2);
+        }
+    };
+    if opts.list {
+        for n in Nemesis::ALL {
+            println!("{:<22} {}", n.name(), n.summary());
+        }
+        return ExitCode::SUCCESS;
+    }
+    match suite(&opts) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn suite(opts: &cli::Options) -> Result<ExitCode, BoxError> {
+    let dir = match &opts.history_dir {
+        Some(d) => d.clone(),
+        None => std::env::temp_dir().join(format!(
+            "redfence-chaos-seed{}-{}",
+            opts.seed,
+            std::process::id()
+        )),
+    };
+    std::fs::create_dir_all(&dir)?;
+    // One runtime for the whole suite: Ctrl-C is caught by tokio's handler
+    // from the first run on, and must keep being caught between runs.
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    rt.spawn(async {
+        if tokio::signal::ctrl_c().await.is_ok() {
+            eprintln!("\ninterrupted: stopping the current run and cleaning up");
+            INTERRUPTED.store(true, Ordering::Relaxed);
+        }
+    });
+
+    let started = Instant::now();
+    println!(
+        "redfence chaos: seed {}, {} nemesis run(s) of {} each; {} tasks + {} processes × {} tasks; \
+         {} resources, TTL {:?}, node timeout {:?}, max wait {:?}, restart guard window {:?}",
+        opts.seed,
+        opts.nemeses.len(),
+        cli::show_duration(opts.duration),
+        opts.tasks,
+        opts.procs,
+        opts.proc_tasks,
+        rig::RESOURCES,
+        rig::TTL,
+        rig::NODE_TIMEOUT,
+        rig::MAX_WAIT,
+        rig::GUARD_WINDOW,
+    );
+    println!("histories: {}", dir.display());
+
+    let mut outcomes: Vec<Outcome> = Vec::new();
+    for (i, &n) in opts.nemeses.iter().enumerate() {
+        if interrupted() {
+            break;
+        }
+        println!(
+            "\n== {} ({}/{}): {}",
+            n.name(),
+            i + 1,
+            opts.nemeses.len(),
+            n.summary()
+        );
+        let outcome = rig::run(n, i, opts, &rt, &dir)?;
+        if interrupted() {
+            // A run cut short proves nothing either way: no row.
+            println!("  interrupted; history so far: {}", outcome.path.display());
+            break;
+        }
+        print!("{}", report::details(&outcome));
+        let (_, verdict) = report::judge(&outcome);
+        println!("  verdict: {verdict}");
+        outcomes.push(outcome);
+    }
+    rt.shutdown_timeout(Duration::from_secs(1));
+
+    println!(
+        "\n## Results (seed {}, {} per nemesis, wall time {:.0} s)\n",
+        opts.seed,
+        cli::show_duration(opts.duration),
+        started.elapsed().as_secs_f64()
+    );
+    print!("{}", report::table(&outcomes));
+    println!(
+        "\nmutual-exclusion violations: grants whose validity window began inside another holder's; \
+         lost updates: acknowledged increments missing from the final counters; \
+         stale writes: accepted with a token (or, fencing off, a grant rank) below one already written; \
+         availability: waiting acquires granted within {:?}; \
+         recovery: longest time from a fault's heal to the next grant.",
+        rig::MAX_WAIT
+    );
+    for w in report::liveness_warnings(&outcomes) {
+        println!("\nliveness warning (not counted in the exit status): {w}");
+    }
+    if interrupted() {
+        println!("\ninterrupted: the table is partial");
+        return Ok(ExitCode::from(130));
+    }
+    let failed: Vec<&str> = outcomes
+        .iter()
+        .filter(|o| !report::judge(o).0)
+        .map(|o| o.nemesis.name())
+        .collect();
+    if failed.is_empty() {
+        println!("\nall {} nemeses as expected", outcomes.len());
+        Ok(ExitCode::SUCCESS)
+    } else {
+        println!("\nnot as expected: {}", failed.join(", "));
+        Ok(ExitCode::FAILURE)
+    }
+}

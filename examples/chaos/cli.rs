@@ -1,0 +1,147 @@
+//! Command-line options of the parent process. Hand-parsed: the suite
+//! takes a handful of flags and should not add a dependency for them.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::nemesis::Nemesis;
+
+pub const USAGE: &str = "\
+usage: chaos [--nemesis all|NAME[,NAME...]] [--duration D] [--seed N]
+             [--history-dir DIR] [--tasks N] [--procs N] [--proc-tasks N] [--list]
+
+  --nemesis      which faults to run, in order (default all); --list names them
+  --duration     how long each nemesis runs: 8s, 90s, 2m, 10m, 500ms (default 10s)
+  --seed         seeds every schedule and worker (default: random, printed)
+  --history-dir  where the JSON-lines histories go (default: a new temp dir);
+                 the files are kept either way and their paths printed
+  --tasks        worker tasks in the main process (default 4)
+  --procs        worker processes (default 2; at least 1)
+  --proc-tasks   worker tasks per process (default 2)
+
+Exit status 1 when a nemesis expected to be safe shows a violation, or a
+negative control fails to show one; 2 on a usage error.";
+
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub nemeses: Vec<Nemesis>,
+    pub duration: Duration,
+    pub seed: u64,
+    pub history_dir: Option<PathBuf>,
+    pub tasks: u32,
+    pub procs: u32,
+    pub proc_tasks: u32,
+    pub list: bool,
+}
+
+/// Parses the arguments after the program name.
+pub fn parse(args: &[String]) -> Result<Options, String> {
+    let mut o = Options {
+        nemeses: Nemesis::ALL.to_vec(),
+        duration: Duration::from_secs(10),
+        seed: rand::random::<u64>() % 1_000_000,
+        history_dir: None,
+        tasks: 4,
+        procs: 2,
+        proc_tasks: 2,
+        list: false,
+    };
+    let mut it = args.iter();
+    while let Some(flag) = it.next() {
+        // `--flag=value` and `--flag value` both work.
+        let (flag, inline) = match flag.split_once('=') {
+            Some((f, v)) => (f, Some(v.to_owned())),
+            None => (flag.as_str(), None),
+        };
+        let mut value = || {
+            inline
+                .clone()
+                .or_else(|| it.next().cloned())
+                .ok_or_else(|| format!("{flag} needs a value"))
+        };
+        match flag {
+            "--nemesis" => o.nemeses = parse_nemeses(&value()?)?,
+            "--duration" => o.duration = parse_duration(&value()?)?,
+            "--seed" => o.seed = parse_num(flag, &value()?)?,
+            "--history-dir" => o.history_dir = Some(PathBuf::from(value()?)),
+            "--tasks" => o.tasks = parse_num(flag, &value()?)?,
+            "--procs" => o.procs = parse_num(flag, &value()?)?,
+            "--proc-tasks" => o.proc_tasks = parse_num(flag, &value()?)?,
+            "--list" => o.list = true,
+            "-h" | "--help" => return Err(String::new()),
+            other => return Err(format!("unknown argument {other:?}")),
+        }
+    }
+    // The worker-pause nemeses stop a whole process, and the brief of the
+    // suite is that some clients are separate processes: never zero.
+    if o.procs == 0 || o.proc_tasks == 0 {
+        return Err("--procs and --proc-tasks must be at least 1".into());
+    }
+    if o.tasks + o.procs * o.proc_tasks > 64 {
+        return Err("at most 64 workers in all".into());
+    }
+    if o.duration < Duration::from_secs(3) {
+        return Err("--duration must be at least 3s (warm-up and healing need room)".into());
+    }
+    Ok(o)
+}
+
+fn parse_nemeses(list: &str) -> Result<Vec<Nemesis>, String> {
+    if list == "all" {
+        return Ok(Nemesis::ALL.to_vec());
+    }
+    list.split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(|name| {
+            Nemesis::from_name(name).ok_or_else(|| {
+                let known: Vec<_> = Nemesis::ALL.iter().map(|n| n.name()).collect();
+                format!("unknown nemesis {name:?}; known: {}", known.join(", "))
+            })
+        })
+        .collect::<Result<Vec<_>, _>>()
+        .and_then(|v| {
+            if v.is_empty() {
+                Err("--nemesis lists nothing".into())
+            } else {
+                Ok(v)
+            }
+        })
+}
+
+fn parse_num<T: std::str::FromStr>(flag: &str, s: &str) -> Result<T, String> {
+    s.parse()
+        .map_err(|_| format!("{flag}: {s:?} is not a non-negative integer"))
+}
+
+/// `500ms`, `8s`, `2m`, `1h`; a bare number is seconds.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (digits, unit) = s.split_at(split);
+    let n: u64 = digits
+        .parse()
+        .map_err(|_| format!("bad duration {s:?} (try 8s, 2m, 10m)"))?;
+    let d = match unit {
+        "ms" => Duration::from_millis(n),
+        "" | "s" => Duration::from_secs(n),
+        "m" | "min" => Duration::from_secs(n.saturating_mul(60)),
+        "h" => Duration::from_secs(n.saturating_mul(3600)),
+        _ => return Err(format!("bad duration unit in {s:?} (ms, s, m, h)")),
+    };
+    Ok(d)
+}
+
+/// `8s`, `2m`, `1m30s`, `750ms`: how the table shows a duration.
+pub fn show_duration(d: Duration) -> String {
+    let ms = d.as_millis();
+    if !ms.is_multiple_of(1000) {
+        return format!("{ms}ms");
+    }
+    let s = ms / 1000;
+    match (s / 60, s % 60) {
+        (0, s) => format!("{s}s"),
+        (m, 0) => format!("{m}m"),
+        (m, s) => format!("{m}m{s}s"),
+    }
+}

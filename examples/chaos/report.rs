@@ -1,0 +1,460 @@
+//! From a checked history to a table row and a verdict.
+//!
+//! Most of the judging is `redfence::history::check`'s; this module adds
+//! two things the checker cannot know:
+//!
+//! - **Stale writes without tokens** (the `no-fencing` control). With
+//!   fencing off a write carries no token, so the checker has nothing to
+//!   order writes by. The report gives every such write its lease's *grant
+//!   rank*: the position of the lease's grant among the resource's grants,
+//!   in grant time. That is the token an oracle would have handed out (and
+//!   what fencing approximates). A write accepted with a lower rank than a
+//!   write that had already completed, i.e. a holder's write landing after
+//!   a later holder's had, is then a stale write accepted, counted by the
+//!   checker's own rule on the re-ranked history. The history file itself
+//!   is left as recorded.
+//! - **Late operations**: increments that finished, and store writes that
+//!   began, after their lease's window had ended (by the same window rule
+//!   as the checker: the latest deadline learned, cut by release or lost
+//!   signal). They separate "the lock failed" from "the holder ran late",
+//!   which is what a paused holder does.
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use redfence::history::{check, Event, Report, WriteOutcome};
+
+use crate::cli::show_duration;
+use crate::nemesis::{Expect, Nemesis};
+
+/// Everything one nemesis run produced.
+pub struct Outcome {
+    pub nemesis: Nemesis,
+    pub duration: Duration,
+    pub clients: String,
+    pub resources: u32,
+    pub report: Report,
+    /// With fencing off: the check of the history with writes ranked by
+    /// grant order.
+    pub ranked: Option<Report>,
+    pub late: Late,
+    /// When the last lock of the run was granted.
+    pub last_grant_ns: Option<u64>,
+    /// The reason of every failed acquire.
+    pub failures: Vec<String>,
+    pub path: PathBuf,
+    pub injected: u32,
+    pub notes: Vec<String>,
+    /// Anything that makes the run's verdict untrustworthy.
+    pub errors: Vec<String>,
+    pub wall: Duration,
+}
+
+/// Operations outside their lease's window.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Late {
+    pub increments: u64,
+    pub writes_accepted: u64,
+    pub writes_rejected: u64,
+}
+
+/// `(resource, at_ns)` of each grant, its latest learned deadline, and
+/// when its holder gave up.
+struct Window {
+    resource: String,
+    at_ns: u64,
+    deadline: (u64, u64),
+    gave_up: Option<u64>,
+}
+
+impl Window {
+    fn end(&self) -> u64 {
+        self.gave_up
+            .map_or(self.deadline.1, |g| g.min(self.deadline.1))
+    }
+}
+
+fn windows(events: &[Event]) -> HashMap<u64, Window> {
+    let mut w: HashMap<u64, Window> = HashMap::new();
+    for e in events {
+        if let Event::Grant {
+            resource,
+            lease,
+            at_ns,
+            valid_until_ns,
+            ..
+        } = e
+        {
+            w.insert(
+                *lease,
+                Window {
+                    resource: resource.clone(),
+                    at_ns: *at_ns,
+                    deadline: (*at_ns, *valid_until_ns),
+                    gave_up: None,
+                },
+            );
+        }
+    }
+    for e in events {
+        match e {
+            Event::Extend {
+                lease,
+                at_ns,
+                valid_until_ns,
+            } => {
+                if let Some(h) = w.get_mut(lease) {
+                    h.deadline = h.deadline.max((*at_ns, *valid_until_ns));
+                }
+            }
+            Event::Release { lease, at_ns } | Event::Lost { lease, at_ns, .. } => {
+                if let Some(h) = w.get_mut(lease) {
+                    h.gave_up = Some(h.gave_up.map_or(*at_ns, |g| g.min(*at_ns)));
+                }
+            }
+            _ => {}
+        }
+    }
+    w
+}
+
+pub fn failures(events: &[Event]) -> Vec<String> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Attempt {
+                granted: false,
+                reason,
+                ..
+            } => Some(reason.clone().unwrap_or_default()),
+            _ => None,
+        })
+        .collect()
+}
+
+pub fn late(events: &[Event]) -> Late {
+    let w = windows(events);
+    let end = |lease: &u64| w.get(lease).map(Window::end);
+    let mut late = Late::default();
+    for e in events {
+        match e {
+            Event::Increment {
+                lease,
+                end_ns,
+                acked: true,
+                ..
+            } if end(lease).is_some_and(|x| *end_ns > x) => late.increments += 1,
+            Event::Write {
+                lease,
+                start_ns,
+                outcome,
+                ..
+            } if end(lease).is_some_and(|x| *start_ns >= x) => match outcome {
+                WriteOutcome::Accepted => late.writes_accepted += 1,
+                WriteOutcome::Rejected => late.writes_rejected += 1,
+                _ => {}
+            },
+            _ => {}
+        }
+    }
+    late
+}
+
+/// The history with every token-less write given its lease's grant rank;
+/// see the module docs.
+pub fn ranked(events: &[Event]) -> Vec<Event> {
+    let w = windows(events);
+    let mut by_resource: HashMap<&str, Vec<(u64, u64)>> = HashMap::new();
+    for (lease, h) in &w {
+        by_resource
+            .entry(&h.resource)
+            .or_default()
+            .push((h.at_ns, *lease));
+    }
+    let mut rank: HashMap<u64, u64> = HashMap::new();
+    for grants in by_resource.values_mut() {
+        grants.sort_unstable();
+        for (i, (_, lease)) in grants.iter().enumerate() {
+            rank.insert(*lease, i as u64 + 1);
+        }
+    }
+    events
+        .iter()
+        .map(|e| match e {
+            Event::Write {
+                worker,
+                lease,
+                key,
+                token: None,
+                start_ns,
+                end_ns,
+                outcome,
+            } => Event::Write {
+                worker: *worker,
+                lease: *lease,
+                key: key.clone(),
+                token: rank.get(lease).copied(),
+                start_ns: *start_ns,
+                end_ns: *end_ns,
+                outcome: *outcome,
+            },
+            other => other.clone(),
+        })
+        .collect()
+}
+
+pub fn check_ranked(events: &[Event]) -> Report {
+    check(&ranked(events))
+}
+
+/// Acknowledged increments missing from the final counters: each counter's
+/// acknowledged increments minus its final value, when positive. A lower
+/// bound: an unacknowledged increment that landed hides one.
+pub fn lost_updates(r: &Report) -> u64 {
+    r.counters
+        .iter()
+        .map(|c| {
+            let final_value = c.final_value.unwrap_or(0);
+            u64::try_from(i128::from(c.acked) - i128::from(final_value)).unwrap_or(0)
+        })
+        .sum()
+}
+
+fn counters_clean(r: &Report) -> bool {
+    r.counters.iter().all(|c| c.is_consistent()) && r.duplicate_reads.is_empty()
+}
+
+fn tokens_clean(r: &Report) -> bool {
+    r.duplicate_tokens.is_empty() && r.token_inversions.is_empty()
+}
+
+/// Stale writes accepted as the row counts them: by token, or by grant
+/// rank when fencing was off.
+pub fn stale_accepted(o: &Outcome) -> u64 {
+    o.ranked.as_ref().unwrap_or(&o.report).stale_accepted.count
+}
+
+/// Whether the row is what its nemesis expects, and a word on why not.
+pub fn judge(o: &Outcome) -> (bool, String) {
+    if !o.errors.is_empty() {
+        return (false, "ERROR (see above)".into());
+    }
+    let r = &o.report;
+    if !r.anomalies.is_empty() {
+        return (false, "FAIL: recorder anomalies".into());
+    }
+    if r.grants == 0 {
+        return (false, "FAIL: nothing was granted".into());
+    }
+    let overlaps = r.overlaps.count;
+    let broken = overlaps > 0 || !counters_clean(r);
+    let stale = stale_accepted(o);
+    let mut why = Vec::new();
+    let pass = match o.nemesis.expect() {
+        Expect::Safe => {
+            if overlaps > 0 {
+                why.push("overlapping holders");
+            }
+            if !counters_clean(r) {
+                why.push("lost updates");
+            }
+            if !tokens_clean(r) {
+                why.push("token order");
+            }
+            if stale > 0 {
+                why.push("stale write accepted");
+            }
+            why.is_empty()
+        }
+        Expect::Violation => {
+            if !broken {
+                why.push("control showed no violation");
+            }
+            if stale > 0 {
+                why.push("stale write accepted despite fencing");
+            }
+            why.is_empty()
+        }
+        Expect::PauseFenced => {
+            if overlaps > 0 {
+                why.push("overlapping holders");
+            }
+            if !tokens_clean(r) {
+                why.push("token order");
+            }
+            if stale > 0 {
+                why.push("stale write accepted");
+            }
+            if r.writes_rejected == 0 {
+                why.push("no stale write rejected: the pauses missed");
+            }
+            if counters_clean(r) {
+                why.push("no lost update: the pauses missed");
+            }
+            why.is_empty()
+        }
+        Expect::PauseUnfenced => {
+            if overlaps > 0 {
+                why.push("overlapping holders");
+            }
+            if stale == 0 {
+                why.push("control showed no stale write");
+            }
+            why.is_empty()
+        }
+        Expect::TokensOnly => {
+            if !tokens_clean(r) {
+                why.push("token order");
+            }
+            if stale > 0 {
+                why.push("stale write accepted");
+            }
+            why.is_empty()
+        }
+    };
+    if pass {
+        let word = match o.nemesis.expect() {
+            Expect::Violation | Expect::PauseUnfenced => "PASS (violation shown)",
+            Expect::TokensOnly if broken => "PASS (tokens held; overlap seen)",
+            _ => "PASS",
+        };
+        (true, word.into())
+    } else {
+        (false, format!("FAIL: {}", why.join(", ")))
+    }
+}
+
+fn ms(ns: u64) -> String {
+    format!("{:.0} ms", ns as f64 / 1e6)
+}
+
+/// The Markdown table of all rows.
+pub fn table(outcomes: &[Outcome]) -> String {
+    let mut t = String::new();
+    t.push_str(
+        "| nemesis | duration | clients (tasks + procs×tasks) | resources | granted | \
+         mutual-exclusion violations | lost updates | stale writes accepted | \
+         stale writes rejected | availability | recovery (max) | expected | verdict |\n",
+    );
+    t.push_str("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|\n");
+    for o in outcomes {
+        let r = &o.report;
+        let availability = r
+            .availability
+            .map_or("-".into(), |a| format!("{:.1}%", a * 100.0));
+        let heals = r.recoveries.len();
+        let never = r
+            .recoveries
+            .iter()
+            .filter(|x| x.recovery_ns.is_none())
+            .count();
+        let longest = r.recoveries.iter().filter_map(|x| x.recovery_ns).max();
+        let recovery = match (never, longest) {
+            (0, None) => "-".to_owned(),
+            (0, Some(max)) => ms(max),
+            (n, _) => format!("never after {n} of {heals} heals"),
+        };
+        let (_, verdict) = judge(o);
+        let _ = writeln!(
+            t,
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            o.nemesis.name(),
+            show_duration(o.duration),
+            o.clients,
+            o.resources,
+            r.grants,
+            r.overlaps.count,
+            lost_updates(r),
+            stale_accepted(o),
+            r.writes_rejected,
+            availability,
+            recovery,
+            o.nemesis.expect().label(),
+            verdict,
+        );
+    }
+    t
+}
+
+/// Rows where some heal was followed by no grant at all: not a safety
+/// verdict (the exit code ignores it), but a lock that stopped working.
+pub fn liveness_warnings(outcomes: &[Outcome]) -> Vec<String> {
+    outcomes
+        .iter()
+        .filter_map(|o| {
+            let r = &o.report;
+            let never: Vec<_> = r
+                .recoveries
+                .iter()
+                .filter(|x| x.recovery_ns.is_none())
+                .collect();
+            let first = never.first()?;
+            let last_grant = o.last_grant_ns.map_or("never".into(), ms);
+            Some(format!(
+                "{}: nothing granted after {} of {} heals, the first at {}; last grant at {} (run of {})",
+                o.nemesis.name(),
+                never.len(),
+                r.recoveries.len(),
+                ms(first.stop_ns),
+                last_grant,
+                show_duration(o.duration),
+            ))
+        })
+        .collect()
+}
+
+/// The per-run detail printed under its header.
+pub fn details(o: &Outcome) -> String {
+    let mut s = String::new();
+    let r = &o.report;
+    let _ = writeln!(s, "  faults injected: {}", o.injected);
+    for line in r.to_string().lines() {
+        let _ = writeln!(s, "  | {line}");
+    }
+    if let Some(ranked) = &o.ranked {
+        let _ = writeln!(
+            s,
+            "  writes ranked by grant order (fencing off): {} stale accepted",
+            ranked.stale_accepted.count
+        );
+        for p in ranked.stale_accepted.first.iter().take(3) {
+            let _ = writeln!(
+                s,
+                "    - {:?}: lease {} (grant #{}) wrote after lease {} (grant #{}) had written",
+                p.subject, p.later.lease, p.later_token, p.earlier.lease, p.earlier_token
+            );
+        }
+    }
+    let (mut contended, mut unavailable, mut other) = (0, 0, 0);
+    for reason in &o.failures {
+        if reason.contains("held by another owner") {
+            contended += 1;
+        } else if reason.contains("unavailable") {
+            unavailable += 1;
+        } else {
+            other += 1;
+        }
+    }
+    let _ = writeln!(
+        s,
+        "  failed acquires: {contended} contended (waited {:?} behind other holders), {unavailable} nodes unavailable, {other} other",
+        crate::rig::MAX_WAIT
+    );
+    let l = o.late;
+    let _ = writeln!(
+        s,
+        "  outside their lease's window: {} acked increments ended late; writes begun late: {} accepted, {} rejected",
+        l.increments, l.writes_accepted, l.writes_rejected
+    );
+    for n in &o.notes {
+        let _ = writeln!(s, "  note: {n}");
+    }
+    for e in &o.errors {
+        let _ = writeln!(s, "  ERROR: {e}");
+    }
+    let _ = writeln!(s, "  history: {}", o.path.display());
+    let _ = writeln!(s, "  wall time: {:.1} s", o.wall.as_secs_f64());
+    s
+}

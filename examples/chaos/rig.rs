@@ -1,0 +1,262 @@
+//! One nemesis run: fresh servers, workers (tasks here, processes
+//! re-executed from this binary), the schedule on its own thread, then the
+//! final counters and the check.
+//!
+//! Ownership is what keeps a failing run from leaking processes: the lock
+//! nodes and the data node are `RedisServer`s (killed on drop), the proxies
+//! `FaultProxy`s (closed on drop), the worker processes `Children` (killed
+//! on drop). Each is a local of [`run`], so an early `?` or a panic drops
+//! them all.
+
+use std::net::{Ipv4Addr, SocketAddr};
+use std::panic::{self, AssertUnwindSafe};
+use std::path::Path;
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use rand::rngs::StdRng;
+use rand::SeedableRng;
+use redfence::history::{self, Event, Writer};
+use redis::AsyncCommands;
+use tokio::runtime::Runtime;
+
+use crate::children::Children;
+use crate::cli::Options;
+use crate::clock::{nanos, Clock};
+use crate::nemesis::{self, Faults, Nemesis};
+use crate::proxy::FaultProxy;
+use crate::report::{self, Outcome};
+use crate::server::{Cluster, RedisServer};
+use crate::worker::{self, LockConfig, ProcArgs, Setup, Sink, Style};
+use crate::BoxError;
+
+/// Redlock's usual N: tolerates two nodes down.
+pub const NODES: usize = 5;
+/// Few resources, many workers: contention on every lock.
+pub const RESOURCES: u32 = 3;
+/// Short leases, so that faults outlast them and a run sees many
+/// hand-overs.
+pub const TTL: Duration = Duration::from_millis(400);
+pub const NODE_TIMEOUT: Duration = Duration::from_millis(50);
+/// Bound on one waiting acquire.
+pub const MAX_WAIT: Duration = Duration::from_secs(2);
+/// The restart guard's window: at least the longest TTL in use (it is the
+/// only TTL here), with a margin.
+pub const GUARD_WINDOW: Duration = Duration::from_millis(500);
+/// Between the servers' start and the first client. The restart guard
+/// treats a node it first sees with an uptime below its window as just
+/// restarted; Redis reports uptime in whole seconds, rounded down, so
+/// after a second every node reports at least 1 s and votes at once. The
+/// measured run then starts with every node voting.
+const WARM_UP: Duration = Duration::from_millis(1100);
+/// The last faults heal this long before the workers stop, so the end of
+/// every run measures recovery.
+const TAIL: Duration = Duration::from_secs(1);
+
+/// Runs `nemesis` for `opts.duration`; `index` numbers the history file and
+/// varies the seed per nemesis.
+pub fn run(
+    nemesis: Nemesis,
+    index: usize,
+    opts: &Options,
+    rt: &Runtime,
+    dir: &Path,
+) -> Result<Outcome, BoxError> {
+    let wall = Instant::now();
+    let mut cluster = start_local(|| Cluster::start_with(NODES, |_| nemesis.server_options()))?;
+    let data = start_local(RedisServer::start)?;
+    let proxies: Vec<FaultProxy> = if nemesis.uses_proxies() {
+        cluster
+            .nodes
+            .iter()
+            .map(|n| FaultProxy::start(SocketAddr::from((Ipv4Addr::LOCALHOST, n.port()))))
+            .collect::<std::io::Result<_>>()?
+    } else {
+        Vec::new()
+    };
+    let urls = if proxies.is_empty() {
+        cluster.urls()
+    } else {
+        proxies.iter().map(FaultProxy::url).collect()
+    };
+    let path = dir.join(format!("{:02}-{}.jsonl", index + 1, nemesis.name()));
+    // The writer's own clock is not used: every stamp comes from `Clock`.
+    let writer = Arc::new(Writer::create(&path, Instant::now())?);
+    thread::sleep(WARM_UP);
+
+    let seed = worker::worker_seed(opts.seed, 1_000_000 + index as u32);
+    let lock = LockConfig {
+        ttl: TTL,
+        node_timeout: NODE_TIMEOUT,
+        max_wait: MAX_WAIT,
+        resources: RESOURCES,
+        fencing: nemesis.fencing(),
+        guard: nemesis.restart_guard().then_some(GUARD_WINDOW),
+        announce: false,
+    };
+    let clock = Clock::start();
+    let until_ns = nanos(opts.duration);
+    let proc_args: Vec<ProcArgs> = (0..opts.procs)
+        .map(|p| ProcArgs {
+            index: p,
+            tasks: opts.proc_tasks,
+            first_id: 100 * (p + 1),
+            nodes: urls.clone(),
+            data_url: data.url(),
+            origin_ns: clock.origin_ns(),
+            until_ns,
+            seed,
+            lock: LockConfig {
+                announce: nemesis.pauses_workers(),
+                ..lock.clone()
+            },
+            parent_pid: std::process::id(),
+        })
+        .collect();
+    let mut children = Children::spawn(&proc_args, &writer, clock)?;
+    let setup = Arc::new(Setup {
+        nodes: urls,
+        data_url: data.url(),
+        lock,
+        clock,
+        until_ns,
+        sink: Sink::File(Arc::clone(&writer)),
+    });
+
+    let mut faults = Faults {
+        nodes: &mut cluster,
+        proxies: &proxies,
+        workers: children.targets(),
+        writer: &writer,
+        clock,
+        heal_by_ns: until_ns.saturating_sub(nanos(TAIL)),
+        rng: StdRng::seed_from_u64(seed),
+        ttl: TTL,
+        injected: 0,
+        notes: Vec::new(),
+    };
+    let mut errors = Vec::new();
+    let (task_errors, schedule) = thread::scope(|s| {
+        let schedule = s.spawn(|| nemesis::run(nemesis, &mut faults));
+        let task_errors = rt.block_on(run_tasks(Arc::clone(&setup), opts, seed));
+        let schedule = schedule
+            .join()
+            .unwrap_or_else(|_| Err("the nemesis thread panicked".into()));
+        (task_errors, schedule)
+    });
+    errors.extend(task_errors);
+    if let Err(e) = schedule {
+        errors.push(e);
+    }
+    let (injected, notes) = (faults.injected, std::mem::take(&mut faults.notes));
+    // Workers start no acquire after `until`; one may still be waiting
+    // (max_wait) and holding (a few TTLs) after it.
+    errors.extend(children.wait(Instant::now() + MAX_WAIT * 2 + TTL * 10));
+    let bad = children.bad_lines();
+    if bad > 0 {
+        errors.push(format!("{bad} lines from worker processes were not events"));
+    }
+
+    // Every worker has stopped; an increment still in flight would have
+    // timed out by now.
+    thread::sleep(Duration::from_millis(100));
+    for e in rt.block_on(final_counters(&data.url(), &writer)) {
+        errors.push(e);
+    }
+    writer.flush()?;
+    if crate::RECORD_FAILED.load(std::sync::atomic::Ordering::Relaxed) {
+        errors.push("recording an event failed: the history is incomplete".into());
+    }
+    let events = history::read(&path)?;
+    let report = history::check(&events);
+    let ranked = (!nemesis.fencing()).then(|| report::check_ranked(&events));
+    let late = report::late(&events);
+    Ok(Outcome {
+        nemesis,
+        duration: opts.duration,
+        clients: format!("{} + {}×{}", opts.tasks, opts.procs, opts.proc_tasks),
+        resources: RESOURCES,
+        report,
+        ranked,
+        late,
+        failures: report::failures(&events),
+        last_grant_ns: events
+            .iter()
+            .filter_map(|e| match e {
+                Event::Grant { at_ns, .. } => Some(*at_ns),
+                _ => None,
+            })
+            .max(),
+        path,
+        injected,
+        notes,
+        errors,
+        wall: wall.elapsed(),
+    })
+}
+
+/// The parent's worker tasks, to the end of the run. Returns their errors.
+async fn run_tasks(setup: Arc<Setup>, opts: &Options, seed: u64) -> Vec<String> {
+    let handles: Vec<_> = (0..opts.tasks)
+        .map(|i| {
+            let id = i + 1;
+            let seed = worker::worker_seed(seed, id);
+            tokio::spawn(worker::run(id, Style::of(i), seed, Arc::clone(&setup)))
+        })
+        .collect();
+    let deadline =
+        tokio::time::Instant::now() + setup.clock.until(setup.until_ns) + MAX_WAIT * 2 + TTL * 10;
+    let mut errors = Vec::new();
+    for (i, h) in handles.into_iter().enumerate() {
+        let abort = h.abort_handle();
+        match tokio::time::timeout_at(deadline, h).await {
+            Ok(Ok(Ok(()))) => {}
+            Ok(Ok(Err(e))) => errors.push(format!("worker task {}: {e}", i + 1)),
+            Ok(Err(e)) => errors.push(format!("worker task {}: {e}", i + 1)),
+            Err(_) => {
+                abort.abort();
+                errors.push(format!("worker task {} did not finish in time", i + 1));
+            }
+        }
+    }
+    errors
+}
+
+/// Records each counter's final value.
+async fn final_counters(url: &str, writer: &Writer) -> Vec<String> {
+    let mut conn = match worker::data_connection(url).await {
+        Ok(c) => c,
+        Err(e) => return vec![format!("reading the final counters: {e}")],
+    };
+    let mut errors = Vec::new();
+    for r in 0..RESOURCES {
+        let counter = worker::counter_key(r);
+        let value: Result<redis::RedisResult<Option<i64>>, _> =
+            tokio::time::timeout(worker::DATA_TIMEOUT, conn.get(&counter)).await;
+        match value {
+            Ok(Ok(v)) => {
+                let event = Event::CounterFinal {
+                    counter,
+                    value: v.unwrap_or(0),
+                };
+                if writer.record(&event).is_err() {
+                    errors.push("recording a final counter failed".into());
+                }
+            }
+            _ => errors.push(format!("reading {counter} failed")),
+        }
+    }
+    errors
+}
+
+/// The harness panics with a precise message (printed by the panic hook)
+/// when `redis-server` is missing or will not start; this turns that into
+/// an error that names the way around it.
+fn start_local<T>(start: impl FnOnce() -> T) -> Result<T, BoxError> {
+    panic::catch_unwind(AssertUnwindSafe(start)).map_err(|_| {
+        "could not start a local redis-server (see above): install redis-server \
+         (Debian: apt-get install redis-server) or set REDIS_SERVER_BIN"
+            .into()
+    })
+}
