@@ -5,7 +5,7 @@
 //! # CI: every nemesis for 8 s (a few minutes in all, debug build)
 //! cargo run --all-features --example chaos -- --nemesis all --duration 8s --seed 7
 //! # long form
-//! cargo run --release --all-features --example chaos -- --nemesis all --duration 10m --seed 7
+//! cargo run --release --example chaos -- --nemesis all --duration 10m --seed 7
 //! # a subset; `--list` names them all
 //! cargo run --all-features --example chaos -- --nemesis kill-aof,pause --duration 1m
 //! ```

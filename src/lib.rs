@@ -114,7 +114,7 @@
 //! - `fence`: [`FencingToken`] and the token merge (pure; model-checked).
 //! - `store`: [`FencedStore`] on Redis and the [`StoreError`] of every fenced store.
 //! - `postgres` (feature `postgres`): the PostgreSQL fenced store.
-//! - `history` (feature `history`): the fault suite's event log and its checker.
+//! - `history` (feature `history`, on by default): the fault suite's event log and its checker.
 //! - `stats`: [`Stats`], the client's counters.
 //! - `scripts`: the Lua scripts and EVALSHA with NOSCRIPT fallback.
 //! - `resource`: names, keys and lock values.
