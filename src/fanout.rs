@@ -162,19 +162,10 @@ impl<T: Send + Default + 'static> FanOut<T> {
         wait_until: Instant,
     ) -> Decision {
         let wait_until = wait_until.min(self.deadline);
-        let timer = tokio::time::sleep_until(wait_until.into());
-        tokio::pin!(timer);
-        while self.tally.decision() == Decision::Pending {
-            let next = tokio::select! {
-                biased;
-                next = self.pending.next() => next,
-                () = &mut timer => None,
-            };
-            let Some((index, result)) = next else {
-                break;
-            };
-            self.record(index, result, &is_yes);
-        }
+        self.gather(wait_until, &is_yes, |fan| {
+            fan.tally.decision() != Decision::Pending
+        })
+        .await;
         if self.tally.decision() == Decision::Pending && Instant::now() >= self.deadline {
             self.expire();
         }
@@ -214,9 +205,23 @@ impl<T: Send + Default + 'static> FanOut<T> {
     /// After a decision, waits for the answers still in flight, up to the
     /// node deadline, recording them (a silent node becomes a timeout).
     pub(crate) async fn hear_rest(&mut self) {
-        let timer = tokio::time::sleep_until(self.deadline.into());
+        self.gather(self.deadline, &Result::is_ok, |_| false).await;
+        if Instant::now() >= self.deadline {
+            self.expire();
+        }
+    }
+
+    /// Records answers as they come until `done`, until every request has
+    /// answered, or until `until`.
+    async fn gather(
+        &mut self,
+        until: Instant,
+        is_yes: &impl Fn(&Result<T, NodeErrorKind>) -> bool,
+        done: impl Fn(&Self) -> bool,
+    ) {
+        let timer = tokio::time::sleep_until(until.into());
         tokio::pin!(timer);
-        loop {
+        while !done(self) {
             let next = tokio::select! {
                 biased;
                 next = self.pending.next() => next,
@@ -225,12 +230,7 @@ impl<T: Send + Default + 'static> FanOut<T> {
             let Some((index, result)) = next else {
                 break;
             };
-            if let Some(slot) = self.answers.get_mut(index) {
-                *slot = Some(result);
-            }
-        }
-        if Instant::now() >= self.deadline {
-            self.expire();
+            self.record(index, result, is_yes);
         }
     }
 

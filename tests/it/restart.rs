@@ -26,6 +26,26 @@ fn restarted_on(err: &Error) -> Vec<usize> {
         .collect()
 }
 
+/// Repeats `op` (up to 20 times, 50 ms apart) until its error names exactly
+/// `nodes` as restarted, and returns the last error: the first calls after
+/// a restart find the old connections broken, the reconnects then see the
+/// new servers.
+async fn until_restarted_on<F, Fut>(nodes: &[usize], mut op: F) -> Error
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Error>,
+{
+    let mut tries = 0;
+    loop {
+        tries += 1;
+        let err = op().await;
+        if restarted_on(&err) == nodes || tries == 20 {
+            return err;
+        }
+        tokio::time::sleep(ms(50)).await;
+    }
+}
+
 /// Servers that started a moment ago (which the client cannot tell from
 /// servers that just restarted) do not vote until the window has passed;
 /// nothing is sent to them meanwhile.
@@ -108,20 +128,16 @@ async fn a_node_restarted_empty_does_not_vote_twice() {
     // The holder cannot extend on the restarted nodes: first its old
     // connections to them are found broken, then the reconnects see new
     // servers, which do not vote.
-    let mut tries = 0;
-    let err = loop {
-        tries += 1;
+    let err = until_restarted_on(&[0, 1], || async {
         let err = held.extend(ttl).await.unwrap_err();
         assert_eq!(
             err.quorum_failure().map(|q| q.reason),
             Some(FailureReason::Unavailable),
             "{err}"
         );
-        if restarted_on(&err) == vec![0, 1] || tries == 20 {
-            break err;
-        }
-        tokio::time::sleep(ms(50)).await;
-    };
+        err
+    })
+    .await;
     assert_eq!(restarted_on(&err), vec![0, 1], "{err}");
 
     // Negative control: without the guard the empty nodes grant again.
@@ -139,16 +155,12 @@ async fn a_node_restarted_empty_does_not_vote_twice() {
 
     // Guarded: refused while the first lease may be valid (after finding
     // its old connections broken, as above).
-    let mut tries = 0;
-    let err = loop {
-        tries += 1;
+    let err = until_restarted_on(&[0, 1], || async {
         let err = b.try_acquire("r", ttl).await.unwrap_err();
         assert!(err.is_unavailable(), "{err}");
-        if restarted_on(&err) == vec![0, 1] || tries == 20 {
-            break err;
-        }
-        tokio::time::sleep(ms(50)).await;
-    };
+        err
+    })
+    .await;
     assert_eq!(restarted_on(&err), vec![0, 1], "{err}");
     // Granted only after the window, when the first lease is over.
     let second = b
