@@ -5,7 +5,7 @@
 
 use std::time::{Duration, Instant};
 
-use redfence::{Client, Error, FailureReason, NodeErrorKind, RestartGuard, Retry};
+use redfence::{Client, Error, FailureReason, LockGuard, NodeErrorKind, RestartGuard, Retry};
 
 use crate::helpers::{eventually, ms, secs, LOCK_KEYS};
 use crate::support::Cluster;
@@ -24,6 +24,17 @@ fn restarted_on(err: &Error) -> Vec<usize> {
         .filter(|f| matches!(f.kind, NodeErrorKind::Restarted { .. }))
         .map(|f| f.index)
         .collect()
+}
+
+/// Acquires `resource`, waiting up to 20 s (through a restart guard's
+/// window), or panics with `what`.
+async fn patiently(client: &Client, resource: &str, ttl: Duration, what: &str) -> LockGuard {
+    client
+        .lock(resource, ttl)
+        .retry(Retry::new().with_max_wait(secs(20)))
+        .acquire()
+        .await
+        .expect(what)
 }
 
 /// Repeats `op` (up to 20 times, 50 ms apart) until its error names exactly
@@ -68,14 +79,9 @@ async fn young_servers_vote_only_after_the_window() {
     );
     assert_eq!(cluster.count_keys(LOCK_KEYS), vec![0; 3], "nothing was set");
     // A waiting acquire gets the lock once the servers are old enough.
-    let guard = client
-        .lock("r", secs(1))
-        .retry(Retry::new().with_max_wait(secs(15)))
-        .acquire()
-        .await
-        .expect("the servers vote after the window");
-    // The servers started shortly before `started` (uptime is whole seconds,
-    // so the client's estimate is late by up to one second).
+    let guard = patiently(&client, "r", secs(1), "the servers vote after the window").await;
+    // The servers started shortly before `started`; the guard counts from
+    // the latest start their reported uptime allows.
     assert!(started.elapsed() >= ms(1000), "{:?}", started.elapsed());
     guard.release().await;
 
@@ -107,12 +113,7 @@ async fn a_node_restarted_empty_does_not_vote_twice() {
     // Let the servers age past the window, and connect both clients (b
     // then sees the restart as a change of run_id on reconnect).
     for client in [&a, &b] {
-        let guard = client
-            .lock("warm-up", ttl)
-            .retry(Retry::new().with_max_wait(secs(15)))
-            .acquire()
-            .await
-            .expect("servers vote after the window");
+        let guard = patiently(client, "warm-up", ttl, "servers vote after the window").await;
         guard.release().await;
     }
     let held = a.acquire("r", ttl).await.unwrap();
@@ -163,12 +164,7 @@ async fn a_node_restarted_empty_does_not_vote_twice() {
     .await;
     assert_eq!(restarted_on(&err), vec![0, 1], "{err}");
     // Granted only after the window, when the first lease is over.
-    let second = b
-        .lock("r", ttl)
-        .retry(Retry::new().with_max_wait(secs(20)))
-        .acquire()
-        .await
-        .expect("granted after the window");
+    let second = patiently(&b, "r", ttl, "granted after the window").await;
     assert!(
         Instant::now() >= held.valid_until(),
         "granted {:?} before the first lease ended",
@@ -186,16 +182,10 @@ async fn a_node_restarted_empty_does_not_vote_twice() {
 async fn a_restarted_node_gets_its_fences_back_from_a_majority() {
     let mut cluster = Cluster::start(3);
     let client = guarded(&cluster, ms(1500));
-    let patient = Retry::new().with_max_wait(secs(15));
     let mut last = std::collections::HashMap::new();
     for resource in ["a", "b"] {
         for _ in 0..5 {
-            let guard = client
-                .lock(resource, secs(1))
-                .retry(patient)
-                .acquire()
-                .await
-                .unwrap();
+            let guard = patiently(&client, resource, secs(1), "granted").await;
             last.insert(resource, guard.token().unwrap().get());
             guard.release().await;
         }
@@ -222,7 +212,12 @@ async fn a_restarted_node_gets_its_fences_back_from_a_majority() {
     let deadline = Instant::now() + secs(15);
     while fence(0, "a").is_none() || fence(0, "b").is_none() {
         assert!(Instant::now() < deadline, "node 0 was never re-seeded");
-        if let Ok(guard) = client.lock("c", secs(1)).retry(patient).acquire().await {
+        if let Ok(guard) = client
+            .lock("c", secs(1))
+            .retry(Retry::new().with_max_wait(secs(15)))
+            .acquire()
+            .await
+        {
             guard.release().await;
         }
         tokio::time::sleep(ms(100)).await;
@@ -234,12 +229,7 @@ async fn a_restarted_node_gets_its_fences_back_from_a_majority() {
     );
     // Tokens keep increasing through it.
     for resource in ["a", "b"] {
-        let guard = client
-            .lock(resource, secs(1))
-            .retry(patient)
-            .acquire()
-            .await
-            .unwrap();
+        let guard = patiently(&client, resource, secs(1), "granted").await;
         assert!(guard.token().unwrap().get() > last[resource]);
         guard.release().await;
     }
