@@ -565,19 +565,9 @@ impl Client {
         // If this future is dropped before the fan-out is handed off, resend
         // the release in the background (compare-and-delete is idempotent).
         let mut cleanup = ReleaseOnDrop::new(self, held);
-        let mut fan = self.start_release(held);
-        let confirmed = |r: &Result<(), NodeErrorKind>| matches!(r, Ok(()));
-        // With the deletes queued on every connection, this client's own
-        // next waiter may send its attempt at once: on each node it runs
-        // after our delete. That saves it the notice's trip through Redis.
-        fan.send_now(confirmed);
-        if held.granted {
-            self.inner
-                .waits
-                .released_locally(&held.key, &notice_id(held));
-        }
+        let mut fan = self.send_release(held);
         let wait = Instant::now() + self.inner.config.node_timeout;
-        fan.decide(confirmed, wait).await;
+        fan.decide(release_confirmed, wait).await;
         let released = Released {
             confirmed: fan.tally().yes(),
             nodes: fan.tally().nodes(),
@@ -587,6 +577,22 @@ impl Client {
         fan.finish_in_background();
         cleanup.disarm();
         released
+    }
+
+    /// Starts the release and queues it on every connection before
+    /// returning. Then this client's own next waiter may send its attempt
+    /// at once: on each node it runs after our delete, which saves it the
+    /// notice's trip through Redis.
+    fn send_release(&self, held: &Held) -> FanOut<()> {
+        let releasing = held
+            .granted
+            .then(|| self.inner.waits.releasing(&held.key, notice_id(held)));
+        let mut fan = self.start_release(held);
+        fan.send_now(release_confirmed);
+        if let Some(releasing) = releasing {
+            releasing.queued();
+        }
+        fan
     }
 
     fn start_release(&self, held: &Held) -> FanOut<()> {
@@ -626,7 +632,9 @@ impl Client {
     pub(crate) fn release_in_background(&self, held: &Held) {
         if let Ok(handle) = tokio::runtime::Handle::try_current() {
             let span = tracing::debug_span!("background_release", key = %held.key);
-            handle.spawn(self.start_release(held).drain().instrument(span));
+            // Queued here, not in the task: a release dropped just before
+            // the next acquire of the same resource runs before it.
+            handle.spawn(self.send_release(held).drain().instrument(span));
         }
     }
 
@@ -913,6 +921,11 @@ fn glob_escape(text: &str) -> String {
 }
 
 /// The public id of an acquisition, published with its release.
+/// A release's answer that counts: the node deleted our key.
+fn release_confirmed(r: &Result<(), NodeErrorKind>) -> bool {
+    matches!(r, Ok(()))
+}
+
 fn notice_id(held: &Held) -> String {
     format!("{:016x}", held.notice)
 }

@@ -91,6 +91,44 @@ struct Shared {
     queues: Mutex<HashMap<Arc<str>, Queue>>,
     /// Commands to the per-node subscription tasks.
     senders: OnceLock<Vec<mpsc::UnboundedSender<Command>>>,
+    /// Notices of this client's releases still being queued: their copies
+    /// from Redis are ignored (see [`Waits::releasing`]). A handful at most.
+    own: Mutex<Vec<Box<str>>>,
+}
+
+/// A release of this client being queued on every connection; see
+/// [`Waits::releasing`].
+#[derive(Debug)]
+pub(crate) struct Releasing {
+    shared: Arc<Shared>,
+    key: Arc<str>,
+    notice: String,
+}
+
+impl Releasing {
+    /// The deletes are queued on every connection: this client's own head
+    /// may retry at once (on each node its attempt runs after our delete),
+    /// without waiting for the notice's trip through Redis. Copies of the
+    /// notice that come back later are counted as already heard.
+    pub(crate) fn queued(self) {
+        self.forget();
+        self.shared.heard(&self.key, &format!("{}:1", self.notice));
+    }
+
+    fn forget(&self) {
+        let mut own = lock(&self.shared.own);
+        if let Some(i) = own.iter().position(|n| **n == *self.notice) {
+            own.swap_remove(i);
+        }
+    }
+}
+
+impl Drop for Releasing {
+    fn drop(&mut self) {
+        // After `queued` this finds nothing; otherwise (a panic in between)
+        // later copies of the notice wake the head as usual.
+        self.forget();
+    }
 }
 
 #[derive(Debug, Default)]
@@ -150,12 +188,20 @@ impl Waits {
         }
     }
 
-    /// This client released lock key `key` (its deletes are queued on
-    /// every connection): its own head may retry at once. The copies of
-    /// the notice that come back from Redis are then counted as already
-    /// heard.
-    pub(crate) fn released_locally(&self, key: &str, notice: &str) {
-        self.shared.heard(key, &format!("{notice}:1"));
+    /// This client is about to queue the release of lock key `key` with
+    /// `notice` on every connection. Until [`Releasing::queued`], copies of
+    /// the notice that come back from Redis are ignored: the first node to
+    /// run the delete may publish before the last delete is queued (the
+    /// releasing thread preempted in between), and a head woken then would
+    /// queue its attempt ahead of our delete on the remaining nodes, find
+    /// our key there, and sleep until its fallback.
+    pub(crate) fn releasing(&self, key: &Arc<str>, notice: String) -> Releasing {
+        lock(&self.shared.own).push(notice.clone().into());
+        Releasing {
+            shared: self.shared.clone(),
+            key: key.clone(),
+            notice,
+        }
     }
 
     /// The prefix of this client's cleanup notices.
@@ -244,6 +290,9 @@ impl Shared {
             Some((notice, clients)) => (notice, clients.parse().unwrap_or(1)),
             None => (payload, 1),
         };
+        if lock(&self.own).iter().any(|n| **n == *notice) {
+            return;
+        }
         let mut queues = self.lock();
         let Some(queue) = queues.get_mut(key) else {
             return;
@@ -581,6 +630,35 @@ mod tests {
         // Unknown channels are ignored.
         waits.shared.heard("other", "n3:1");
         waits.shared.confirmed("other", false);
+    }
+
+    #[test]
+    fn own_release_wakes_only_once_queued_everywhere() {
+        let waits = Waits::default();
+        let key: Arc<str> = "k".into();
+        let a = waits.join(&[], &key);
+        let h0 = a.head().unwrap().heard;
+        let releasing = waits.releasing(&key, "00000000000000bb".into());
+        // The first node ran our delete and published before the last
+        // delete was queued: the head must not retry yet.
+        waits.shared.heard("k", "00000000000000bb:1");
+        assert_eq!(a.head().unwrap().heard, h0);
+        // Another release meanwhile still wakes it.
+        waits.shared.heard("k", "00000000000000cc:1");
+        assert_eq!(a.head().unwrap().heard, h0 + 1);
+        // Queued on every connection: one wake, and later copies count as
+        // heard already.
+        releasing.queued();
+        assert_eq!(a.head().unwrap().heard, h0 + 2);
+        waits.shared.heard("k", "00000000000000bb:1");
+        assert_eq!(a.head().unwrap().heard, h0 + 2);
+        assert!(lock(&waits.shared.own).is_empty());
+        // A release abandoned before `queued` (a panic) forgets its notice:
+        // its copies then wake the head as any release does.
+        drop(waits.releasing(&key, "00000000000000dd".into()));
+        assert!(lock(&waits.shared.own).is_empty());
+        waits.shared.heard("k", "00000000000000dd:1");
+        assert_eq!(a.head().unwrap().heard, h0 + 3);
     }
 
     #[test]

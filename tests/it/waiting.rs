@@ -123,10 +123,11 @@ async fn hundred_waiters_take_turns_on_five_nodes() {
         percentile(&handoffs, 0.99),
         handoffs[99],
     );
-    // Each waiter's first attempt, plus about two per acquisition (the
-    // head's retry after the release, and one after subscribing). Polling
-    // with the default policy makes several per waiter per second.
-    assert!(attempts <= 100 + 3 * 100, "{attempts} attempts");
+    // Each waiter's first attempt, one per acquisition (the head's retry
+    // after the release) and one after subscribing: 201 measured. The
+    // margin is for fallback wake-ups on a loaded machine. Polling with the
+    // default policy makes several per waiter per second.
+    assert!(attempts <= 100 + 100 + 50, "{attempts} attempts");
     assert!(
         eventually(secs(5), || cluster.count_keys(LOCK_KEYS) == vec![0; 5]).await,
         "{:?}",
