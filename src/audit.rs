@@ -595,10 +595,13 @@ struct Role {
     name: String,
     /// `host:port` of the master, for a replica.
     master: Option<String>,
+    /// `host:port` of each connected replica, for a master.
+    replicas: Vec<String>,
 }
 
 /// `ROLE`: `[role, …]`; a replica's reply continues with the master's host
-/// and port.
+/// and port, a master's with its offset and `[[host, port, offset], …]`,
+/// one entry per connected replica.
 fn parse_role(reply: &Value) -> Option<Role> {
     let Value::Array(items) = reply else {
         return None;
@@ -610,7 +613,21 @@ fn parse_role(reply: &Value) -> Option<Role> {
         }
         _ => None,
     };
-    Some(Role { name, master })
+    let replicas = match (name.as_str(), items.get(2)) {
+        ("master", Some(Value::Array(replicas))) => replicas
+            .iter()
+            .filter_map(|r| match r {
+                Value::Array(r) => Some(format!("{}:{}", text(r.first()?)?, text(r.get(1)?)?)),
+                _ => None,
+            })
+            .collect(),
+        _ => Vec::new(),
+    };
+    Some(Role {
+        name,
+        master,
+        replicas,
+    })
 }
 
 /// The role from `INFO replication`, for when `ROLE` itself failed.
@@ -623,7 +640,25 @@ fn role_from_info(info: &str) -> Option<Role> {
         (Some(host), Some(port)) => Some(format!("{host}:{port}")),
         _ => None,
     };
-    Some(Role { name, master })
+    // `slaveN:ip=…,port=…,state=…` per connected replica.
+    let count: usize = info_field(info, "connected_slaves")
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
+    let replicas = (0..count)
+        .filter_map(|i| {
+            let line = info_field(info, &format!("slave{i}"))?;
+            let part = |key: &str| {
+                line.split(',')
+                    .find_map(|kv| kv.strip_prefix(key)?.strip_prefix('='))
+            };
+            Some(format!("{}:{}", part("ip")?, part("port")?))
+        })
+        .collect();
+    Some(Role {
+        name,
+        master,
+        replicas,
+    })
 }
 
 /// `TIME`: `[seconds, microseconds]` as strings; microseconds since the
@@ -723,11 +758,18 @@ fn assess(index: usize, addr: &str, seen: &Observed) -> NodeAudit {
     }
 
     // Role: from ROLE, or from INFO when ROLE was refused.
-    let (role, role_error) = match &seen.role {
+    let (mut role, role_error) = match &seen.role {
         Some(Ok(reply)) => (parse_role(reply), None),
         Some(Err(e)) => (info.and_then(role_from_info), Some(e.as_str())),
         None => (None, None),
     };
+    // `ROLE` lists a replica only once it is in sync; `INFO` from the
+    // moment it connects.
+    if let (Some(role), Some(from_info)) = (role.as_mut(), info.and_then(role_from_info)) {
+        if from_info.replicas.len() > role.replicas.len() {
+            role.replicas = from_info.replicas;
+        }
+    }
     audit.role = role.as_ref().map(|r| r.name.clone());
     if let Some(finding) = role_finding(role.as_ref(), role_error) {
         audit.push(finding);
@@ -840,6 +882,15 @@ fn role_finding(role: Option<&Role>, role_error: Option<&str>) -> Option<Finding
     }
     let role = role?;
     Some(match (role.name.as_str(), &role.master) {
+        ("master", _) if !role.replicas.is_empty() => Finding::warning(
+            Check::Role,
+            format!(
+                "a master with {} connected replica{} ({}): replication is asynchronous, so if a failover promotes one, locks this master granted but had not yet copied are gone and a second holder can be granted; Redlock wants independent masters with no failover, or a promoted node kept out of quorums for the longest lock TTL",
+                role.replicas.len(),
+                if role.replicas.len() == 1 { "" } else { "s" },
+                role.replicas.join(", ")
+            ),
+        ),
         ("master", _) => Finding::info(Check::Role, "master"),
         ("slave" | "replica", master) => Finding::error(
             Check::Role,
@@ -1228,8 +1279,21 @@ mod tests {
             parse_role(&master),
             Some(Role {
                 name: "master".into(),
-                master: None
+                master: None,
+                replicas: vec![],
             })
+        );
+        let replicated = Value::Array(vec![
+            bulk("master"),
+            Value::Int(3129659),
+            Value::Array(vec![
+                Value::Array(vec![bulk("127.0.0.1"), bulk("9001"), bulk("3129242")]),
+                Value::Array(vec![bulk("127.0.0.1"), bulk("9002"), bulk("3129543")]),
+            ]),
+        ]);
+        assert_eq!(
+            parse_role(&replicated).unwrap().replicas,
+            ["127.0.0.1:9001", "127.0.0.1:9002"]
         );
         let replica = Value::Array(vec![
             bulk("slave"),
@@ -1242,7 +1306,8 @@ mod tests {
             parse_role(&replica),
             Some(Role {
                 name: "slave".into(),
-                master: Some("127.0.0.1:6380".into())
+                master: Some("127.0.0.1:6380".into()),
+                replicas: vec![],
             })
         );
         let sentinel = Value::Array(vec![bulk("sentinel"), Value::Array(vec![])]);
@@ -1263,8 +1328,14 @@ mod tests {
             role_from_info(info),
             Some(Role {
                 name: "slave".into(),
-                master: Some("10.0.0.1:7000".into())
+                master: Some("10.0.0.1:7000".into()),
+                replicas: vec![],
             })
+        );
+        let info = "role:master\r\nconnected_slaves:2\r\nslave0:ip=10.0.0.2,port=7001,state=online,offset=5,lag=0\r\nslave1:ip=10.0.0.3,port=7002,state=online,offset=5,lag=1\r\n";
+        assert_eq!(
+            role_from_info(info).unwrap().replicas,
+            ["10.0.0.2:7001", "10.0.0.3:7002"]
         );
         assert_eq!(role_from_info(""), None);
     }
@@ -1713,6 +1784,16 @@ mod tests {
                 Some(&Role {
                     name: "sentinel".into(),
                     master: None,
+                    replicas: vec![],
+                }),
+                None,
+            )
+            .unwrap(),
+            role_finding(
+                Some(&Role {
+                    name: "master".into(),
+                    master: None,
+                    replicas: vec!["127.0.0.1:9001".into()],
                 }),
                 None,
             )

@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use redfence::{Audit, Check, Client, NodeAudit, Severity};
 
-use crate::helpers::{assert_message_style, secs};
+use crate::helpers::{assert_message_style, eventually, secs};
 use crate::support::{Cluster, RedisServer, ServerOptions};
 
 /// AOF with `appendfsync always`: the configuration the audit passes
@@ -190,19 +190,37 @@ async fn appendfsync_everysec_is_a_warning() {
 }
 
 #[tokio::test]
-async fn a_replica_is_an_error() {
+async fn a_replica_is_an_error_and_its_master_is_warned() {
     let master = RedisServer::start_with(durable());
     let replica = RedisServer::start_with(ServerOptions {
         replica_of: Some(master.port()),
         ..durable()
     });
     let other = RedisServer::start_with(durable());
+    // The master lists a replica once it has connected.
+    assert!(
+        eventually(secs(20), || master
+            .cli(&["INFO", "replication"])
+            .contains("connected_slaves:1"))
+        .await,
+        "the replica did not connect"
+    );
     let audit = audit([master.url(), replica.url(), other.url()]).await;
     assert_eq!(
         problems(&audit, Check::Role),
-        [(1, Severity::Error)],
+        [(1, Severity::Error), (0, Severity::Warning)],
         "{audit:#}"
     );
+    // Its master is warned: a failover to the replica forgets locks.
+    let message = &finding(&audit.nodes[0], Check::Role).message;
+    assert!(
+        message.contains(&format!(
+            "1 connected replica (127.0.0.1:{})",
+            replica.port()
+        )),
+        "{message}"
+    );
+    assert!(message.contains("failover"), "{message}");
     let node = &audit.nodes[1];
     assert!(node.reachable);
     assert_eq!(node.role.as_deref(), Some("slave"));
