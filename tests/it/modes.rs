@@ -348,6 +348,71 @@ async fn dropped_guard_releases_in_the_background() {
     assert!(again.is_some());
 }
 
+/// Guards still held when their runtime shuts down are dropped by the
+/// shutdown, which runs their release's first step (queuing the deletes)
+/// in `drop`: neither that nor the watchdog's abort may panic, on either
+/// runtime flavour. Tokio swallows a panic in a task's drop, so a panic
+/// hook counts the panics on the runtime's threads.
+#[test]
+fn guards_dropped_by_a_shutting_down_runtime_do_not_panic() {
+    const THREAD: &str = "rf-shutdown-test";
+    static PANICS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    static HOOK: std::sync::Once = std::sync::Once::new();
+    HOOK.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            if std::thread::current().name() == Some(THREAD) {
+                PANICS.fetch_add(1, Ordering::SeqCst);
+            }
+            previous(info);
+        }));
+    });
+    let cluster = Cluster::start(3);
+    for multi_thread in [false, true] {
+        let mut builder = if multi_thread {
+            tokio::runtime::Builder::new_multi_thread()
+        } else {
+            tokio::runtime::Builder::new_current_thread()
+        };
+        let runtime = builder.enable_all().thread_name(THREAD).build().unwrap();
+        let (held, acquired) = std::sync::mpsc::channel();
+        let urls = cluster.urls();
+        runtime.spawn(async move {
+            let client = crate::helpers::client(urls).unwrap();
+            let plain = client
+                .acquire(&format!("shutdown-{multi_thread}"), secs(60))
+                .await
+                .unwrap();
+            let watched = client
+                .lock(format!("shutdown-auto-{multi_thread}"), secs(60))
+                .auto_extend(redfence::AutoExtend::new())
+                .acquire()
+                .await
+                .unwrap();
+            held.send(()).unwrap();
+            std::future::pending::<()>().await;
+            drop((plain, watched));
+        });
+        // A current-thread runtime runs its tasks only inside `block_on`.
+        let started = Instant::now();
+        while acquired.try_recv().is_err() {
+            assert!(started.elapsed() < secs(30), "the locks were not acquired");
+            runtime.block_on(async { tokio::time::sleep(ms(10)).await });
+        }
+        std::thread::Builder::new()
+            .name(THREAD.into())
+            .spawn(move || drop(runtime))
+            .unwrap()
+            .join()
+            .expect("dropping the runtime panicked");
+        assert_eq!(
+            PANICS.load(Ordering::SeqCst),
+            0,
+            "multi_thread: {multi_thread}"
+        );
+    }
+}
+
 #[tokio::test]
 async fn lease_reports_resource_and_shrinking_validity() {
     let cluster = Cluster::start(3);
