@@ -148,7 +148,10 @@ impl Client {
     /// This client's counters (shared by its clones): attempts, grants, and
     /// how often a token had to be written back.
     pub fn stats(&self) -> Stats {
-        self.inner.counters.snapshot()
+        Stats {
+            waiting: self.inner.waits.waiting(),
+            ..self.inner.counters.snapshot()
+        }
     }
 
     /// Checks every node's deployment against what Redlock assumes of it:
@@ -795,6 +798,13 @@ impl Client {
     /// Joins the client's wait queue for `target`'s resource.
     pub(crate) fn wait_place(&self, target: &Target) -> Place {
         self.inner.waits.join(&self.inner.nodes, &target.key)
+    }
+
+    /// A place in `target`'s queue if other tasks of this client wait in it.
+    pub(crate) fn wait_place_behind_others(&self, target: &Target) -> Option<Place> {
+        self.inner
+            .waits
+            .join_if_waiting(&self.inner.nodes, &target.key)
     }
 
     pub(crate) fn node_timeout(&self) -> Duration {

@@ -42,6 +42,13 @@ const RECENT_NOTICES: usize = 32;
 /// (no `SUBSCRIBE`, no confirmation round) and its notice history.
 pub(crate) const LINGER: Duration = Duration::from_secs(5);
 
+/// How many times in a row a client hands a lock it releases straight to
+/// its own next waiter while other clients wait for it too. Then, once, its
+/// head hears the release through Redis with theirs and competes on equal
+/// terms: without this, a client whose tasks keep the queue full (workers
+/// in a loop) would keep the lock from every other client.
+pub(crate) const LOCAL_TURNS: u32 = 4;
+
 /// Pauses between reconnects of a subscription connection.
 const RESUBSCRIBE_MIN: Duration = Duration::from_millis(25);
 
@@ -112,7 +119,7 @@ impl Releasing {
     /// notice that come back later are counted as already heard.
     pub(crate) fn queued(self) {
         self.forget();
-        self.shared.heard(&self.key, &format!("{}:1", self.notice));
+        self.shared.released_here(&self.key, &self.notice);
     }
 
     fn forget(&self) {
@@ -156,6 +163,9 @@ struct Queue {
     /// Since when the queue has had no waiters (it lingers, subscribed,
     /// for [`LINGER`]).
     idle_since: Option<Instant>,
+    /// Releases of this client handed straight to its own head since a
+    /// release was last heard through Redis (see [`LOCAL_TURNS`]).
+    local_turns: u32,
     next_id: u64,
 }
 
@@ -209,33 +219,65 @@ impl Waits {
         &self.shared.tag
     }
 
+    /// Joins the queue of lock key `key` if other tasks of this client wait
+    /// in it: a new acquire then waits its turn behind them instead of
+    /// barging in with an attempt of its own (a task that just released
+    /// and comes straight back would otherwise beat them all).
+    pub(crate) fn join_if_waiting(&self, nodes: &[Arc<Node>], key: &Arc<str>) -> Option<Place> {
+        let pushed = {
+            let mut queues = self.shared.lock();
+            if queues.get(key).is_none_or(|q| q.waiters.is_empty()) {
+                return None;
+            }
+            self.push(&mut queues, key)
+        };
+        Some(self.subscribed(nodes, pushed))
+    }
+
     /// Joins the queue of lock key `key`, subscribing when the queue is new.
     /// Starts the subscription tasks on first use.
     pub(crate) fn join(&self, nodes: &[Arc<Node>], key: &Arc<str>) -> Place {
-        self.start(nodes);
+        let pushed = self.push(&mut self.shared.lock(), key);
+        self.subscribed(nodes, pushed)
+    }
+
+    /// Waiters in every queue.
+    pub(crate) fn waiting(&self) -> u64 {
+        let queues = self.shared.lock();
+        queues.values().map(|q| q.waiters.len() as u64).sum()
+    }
+
+    /// Adds a waiter at the tail of `key`'s queue; `true` when the queue is
+    /// new.
+    fn push(&self, queues: &mut HashMap<Arc<str>, Queue>, key: &Arc<str>) -> (Place, bool) {
         let notify = Arc::new(Notify::new());
-        let (id, created) = {
-            let mut queues = self.shared.lock();
-            let created = !queues.contains_key(key);
-            let queue = queues.entry(key.clone()).or_default();
-            let id = queue.next_id;
-            queue.next_id += 1;
-            if queue.waiters.is_empty() {
-                queue.head_since = queue.heard;
-            }
-            queue.idle_since = None;
-            queue.waiters.push_back((id, notify.clone()));
-            (id, created)
-        };
-        if created {
-            self.shared.command(|| Command::Subscribe(key.clone()));
+        let created = !queues.contains_key(key);
+        let queue = queues.entry(key.clone()).or_default();
+        let id = queue.next_id;
+        queue.next_id += 1;
+        if queue.waiters.is_empty() {
+            queue.head_since = queue.heard;
         }
-        Place {
+        queue.idle_since = None;
+        queue.waiters.push_back((id, notify.clone()));
+        let place = Place {
             shared: self.shared.clone(),
             key: key.clone(),
             id,
             notify,
+        };
+        (place, created)
+    }
+
+    /// Subscribes a new queue's channel, starting the subscription tasks
+    /// on first use.
+    fn subscribed(&self, nodes: &[Arc<Node>], (place, created): (Place, bool)) -> Place {
+        self.start(nodes);
+        if created {
+            self.shared
+                .command(|| Command::Subscribe(place.key.clone()));
         }
+        place
     }
 
     fn start(&self, nodes: &[Arc<Node>]) {
@@ -301,12 +343,35 @@ impl Shared {
             queue.competitors = queue.competitors.max(clients);
             return;
         }
-        let notice: Arc<str> = notice.into();
         queue.competitors = clients;
-        if queue.recent.len() == RECENT_NOTICES {
-            queue.recent.pop_front();
+        queue.local_turns = 0;
+        queue.remember(notice.into());
+        queue.last_heard = Some(Instant::now());
+        queue.wake_head();
+    }
+
+    /// This client's release of `key` with `notice` is queued on every
+    /// connection: wake its own head at once, unless other clients wait
+    /// too and it has had [`LOCAL_TURNS`] in a row. Then the notice's copies
+    /// from Redis wake it, with the count of clients to spread over, as
+    /// they wake every other client's head.
+    fn released_here(&self, key: &str, notice: &str) {
+        let mut queues = self.lock();
+        let Some(queue) = queues.get_mut(key) else {
+            return;
+        };
+        if queue.waiters.is_empty() {
+            // Nobody to hand it to; copies from Redis count as heard.
+            queue.remember(notice.into());
+            return;
         }
-        queue.recent.push_back(notice);
+        if queue.competitors > 1 && queue.local_turns >= LOCAL_TURNS {
+            queue.local_turns = 0;
+            return;
+        }
+        queue.local_turns += 1;
+        queue.competitors = 1;
+        queue.remember(notice.into());
         queue.last_heard = Some(Instant::now());
         queue.wake_head();
     }
@@ -348,6 +413,14 @@ impl Shared {
 }
 
 impl Queue {
+    /// Counts `notice` as heard: its copies from other nodes are ignored.
+    fn remember(&mut self, notice: Arc<str>) {
+        if self.recent.len() == RECENT_NOTICES {
+            self.recent.pop_front();
+        }
+        self.recent.push_back(notice);
+    }
+
     fn wake_head(&mut self) {
         self.heard += 1;
         if let Some((_, notify)) = self.waiters.front() {
@@ -659,6 +732,60 @@ mod tests {
         assert!(lock(&waits.shared.own).is_empty());
         waits.shared.heard("k", "00000000000000dd:1");
         assert_eq!(a.head().unwrap().heard, h0 + 3);
+    }
+
+    #[test]
+    fn other_clients_get_a_turn_after_local_turns() {
+        let waits = Waits::default();
+        let key: Arc<str> = "k".into();
+        let a = waits.join(&[], &key);
+        // Another client's release, heard with 3 clients subscribed.
+        waits.shared.heard("k", "0000000000000001:3");
+        assert_eq!(a.head().unwrap().competitors, 3);
+        let mut woken = Vec::new();
+        for i in 0..(2 * LOCAL_TURNS + 2) {
+            let before = a.head().unwrap().heard;
+            let notice = format!("{:016x}", 0x100 + i);
+            waits.releasing(&key, notice.clone()).queued();
+            woken.push(a.head().unwrap().heard > before);
+            // Its copies come back from Redis with the clients' count.
+            waits.shared.heard("k", &format!("{notice}:3"));
+        }
+        // LOCAL_TURNS handed over at once, then one heard through Redis
+        // like every other client's head hears it, and so on.
+        let turn = LOCAL_TURNS as usize;
+        let mut expected = vec![true; turn];
+        expected.push(false);
+        expected.extend(vec![true; turn]);
+        expected.push(false);
+        assert_eq!(woken, expected);
+        // The yielded release still woke the head, through its copy, with
+        // the clients to spread over.
+        assert_eq!(a.head().unwrap().competitors, 3);
+        // With this client alone, every release is handed over at once.
+        let alone = Waits::default();
+        let b = alone.join(&[], &key);
+        for i in 0..(2 * LOCAL_TURNS) {
+            let before = b.head().unwrap().heard;
+            let notice = format!("{:016x}", 0x200 + i);
+            alone.releasing(&key, notice.clone()).queued();
+            assert!(b.head().unwrap().heard > before);
+            alone.shared.heard("k", &format!("{notice}:1"));
+        }
+    }
+
+    #[test]
+    fn a_new_waiter_queues_behind_waiting_tasks_only() {
+        let waits = Waits::default();
+        let key: Arc<str> = "k".into();
+        assert!(waits.join_if_waiting(&[], &key).is_none(), "no queue");
+        let a = waits.join(&[], &key);
+        let b = waits.join_if_waiting(&[], &key).expect("a waits");
+        assert!(a.head().is_some() && b.head().is_none());
+        drop((a, b));
+        // A lingering queue without waiters: attempt first.
+        assert_eq!(waits.queues(), 1);
+        assert!(waits.join_if_waiting(&[], &key).is_none());
     }
 
     #[test]

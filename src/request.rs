@@ -22,6 +22,11 @@ const EXPIRY_SPREAD: Duration = Duration::from_millis(5);
 /// Widest spread of the retries after a heard release.
 const MAX_RELEASE_SPREAD: Duration = Duration::from_millis(50);
 
+/// The spread's unit for a waiter that has not made an attempt of its own
+/// yet (it queued behind this client's other waiters): about one loopback
+/// or same-zone attempt.
+const FIRST_SPREAD_UNIT: Duration = Duration::from_millis(1);
+
 /// A lock request, made by [`Client::lock`]. Nothing is sent until one of
 /// the consuming methods runs.
 #[derive(Debug, Clone)]
@@ -141,10 +146,29 @@ impl LockRequest {
         let started = Instant::now();
         let deadline = self.retry.deadline(started);
         let mut attempts = 0u32;
-        let mut place: Option<Place> = None;
         // The release counter when this waiter last started an attempt as
         // head; `None` until it is head.
         let mut heard: Option<u64> = None;
+        // Other tasks of this client already wait for this lock: take a
+        // turn behind them instead of an attempt ahead of them (a task that
+        // just released and comes straight back would otherwise win every
+        // time). The first attempt then comes when this waiter is head and
+        // a release is heard (or the head's timers fire), at the latest at
+        // the deadline.
+        let mut place = self.client.wait_place_behind_others(target);
+        if let Some(place) = &place {
+            self.await_retry(
+                target,
+                place,
+                &mut heard,
+                None,
+                deadline,
+                deadline,
+                1,
+                FIRST_SPREAD_UNIT,
+            )
+            .await;
+        }
         loop {
             attempts += 1;
             heard = place
@@ -174,7 +198,7 @@ impl LockRequest {
                 failure.elapsed = started.elapsed();
                 return Err(failure);
             }
-            let mut fresh = place.is_none();
+            let fresh = place.is_none();
             let place = place.get_or_insert_with(|| self.client.wait_place(target));
             let fallback = now + self.retry.pause(attempts, jitter);
             let expiry = match failure.reason {
@@ -187,59 +211,81 @@ impl LockRequest {
                 .map(|d| now + d + jitter(EXPIRY_SPREAD)),
                 _ => None,
             };
-            let mut wake_at = expiry.map_or(fallback, |e| e.min(fallback)).min(deadline);
-            loop {
-                let woken = self
-                    .wait_turn(
-                        place,
-                        &mut heard,
-                        fresh.then_some(attempt_start),
-                        wake_at,
-                        deadline,
-                        attempts,
-                    )
-                    .await;
-                fresh = false;
-                let Woken::Release { competitors } = woken else {
-                    break;
-                };
-                if competitors <= 1 {
-                    break;
-                }
-                // Every client waiting on this resource heard the release,
-                // and each one's head retries: spread over as many attempt
-                // times as there are other clients, the first retry usually
-                // lands alone instead of splitting the votes with the rest.
-                let others = u32::try_from(competitors - 1).unwrap_or(u32::MAX);
-                let spread = attempt_time.saturating_mul(others).min(MAX_RELEASE_SPREAD);
-                tokio::time::sleep_until(deadline.min(Instant::now() + jitter(spread)).into())
-                    .await;
-                if Instant::now() >= deadline {
-                    break;
-                }
-                // Then look before leaping: one `PTTL` on one node (one
-                // command instead of a transaction on every node). When
-                // another client already took the lock, wait for its
-                // release instead of sending a full attempt that is bound
-                // to fail: K clients would otherwise cost K full attempts
-                // per release.
-                // Counted from before the probe: a release heard during it
-                // wakes this waiter again.
-                let before = place.head().map(|h| h.heard);
-                let Some(held_for) = self.client.probe(target).await else {
-                    break;
-                };
-                heard = before.or(heard);
-                let now = Instant::now();
-                let fallback = now + self.retry.pause(attempts, jitter);
-                let expiry = held_for.map(|d| now + d + jitter(EXPIRY_SPREAD));
-                wake_at = expiry.map_or(fallback, |e| e.min(fallback)).min(deadline);
-            }
+            let wake_at = expiry.map_or(fallback, |e| e.min(fallback)).min(deadline);
+            let fresh = fresh.then_some(attempt_start);
+            self.await_retry(
+                target,
+                place,
+                &mut heard,
+                fresh,
+                wake_at,
+                deadline,
+                attempts,
+                attempt_time,
+            )
+            .await;
             if Instant::now() >= deadline {
                 failure.attempts = attempts;
                 failure.elapsed = started.elapsed();
                 return Err(failure);
             }
+        }
+    }
+
+    /// Waits in the queue until this waiter should attempt: as head, when a
+    /// release is heard (after the spread and a one-node look when other
+    /// clients heard it too), at `wake_at`, or at the deadline. See
+    /// [`wait_turn`](Self::wait_turn) for `heard` and `fresh`;
+    /// `attempt_time` is the unit of the spread.
+    #[allow(clippy::too_many_arguments)]
+    async fn await_retry(
+        &self,
+        target: &Target,
+        place: &Place,
+        heard: &mut Option<u64>,
+        mut fresh: Option<Instant>,
+        mut wake_at: Instant,
+        deadline: Instant,
+        attempts: u32,
+        attempt_time: Duration,
+    ) {
+        loop {
+            let woken = self
+                .wait_turn(place, heard, fresh, wake_at, deadline, attempts)
+                .await;
+            fresh = None;
+            let Woken::Release { competitors } = woken else {
+                return;
+            };
+            if competitors <= 1 {
+                return;
+            }
+            // Every client waiting on this resource heard the release, and
+            // each one's head retries: spread over as many attempt times as
+            // there are other clients, the first retry usually lands alone
+            // instead of splitting the votes with the rest.
+            let others = u32::try_from(competitors - 1).unwrap_or(u32::MAX);
+            let spread = attempt_time.saturating_mul(others).min(MAX_RELEASE_SPREAD);
+            tokio::time::sleep_until(deadline.min(Instant::now() + jitter(spread)).into()).await;
+            if Instant::now() >= deadline {
+                return;
+            }
+            // Then look before leaping: one `PTTL` on one node (one command
+            // instead of a transaction on every node). When another client
+            // already took the lock, wait for its release instead of sending
+            // a full attempt that is bound to fail: K clients would
+            // otherwise cost K full attempts per release.
+            // Counted from before the probe: a release heard during it wakes
+            // this waiter again.
+            let before = place.head().map(|h| h.heard);
+            let Some(held_for) = self.client.probe(target).await else {
+                return;
+            };
+            *heard = before.or(*heard);
+            let now = Instant::now();
+            let fallback = now + self.retry.pause(attempts, jitter);
+            let expiry = held_for.map(|d| now + d + jitter(EXPIRY_SPREAD));
+            wake_at = expiry.map_or(fallback, |e| e.min(fallback)).min(deadline);
         }
     }
 

@@ -27,6 +27,10 @@ pub struct Stats {
     pub write_backs: u64,
     /// Write-back rounds that did not reach a quorum (the attempt failed).
     pub write_backs_failed: u64,
+    /// Acquires of this client waiting for a release now (a gauge, not a
+    /// counter): the tasks in its per-resource queues when waiting by
+    /// notification.
+    pub waiting: u64,
 }
 
 pub(crate) enum Event {
@@ -53,6 +57,7 @@ impl Counters {
             acquired: self.acquired.load(Ordering::Relaxed),
             write_backs: self.write_backs.load(Ordering::Relaxed),
             write_backs_failed: self.write_backs_failed.load(Ordering::Relaxed),
+            waiting: 0,
         }
     }
 }
