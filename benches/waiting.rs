@@ -283,21 +283,30 @@ async fn contend(
             }
         }));
     }
-    // Let the queue form (every waiter made its first attempt), then
-    // measure from the first holder's release.
+    // Let the queue form, then measure from the first holder's release.
+    // Polling waiters have each made their first attempt; notified ones
+    // are all queued (those that found others of their client queued
+    // joined without an attempt).
     let stats_start: Vec<_> = clients.iter().map(Client::stats).collect();
     let formed = Instant::now() + Duration::from_secs(30);
     while Instant::now() < formed {
-        let made: u64 = clients
+        let (made, queued) = clients
             .iter()
             .zip(&stats_start)
-            .map(|(c, b)| c.stats().attempts - b.attempts)
-            .sum();
-        if made >= WAITERS as u64 {
+            .fold((0, 0), |(m, q), (c, b)| {
+                let now = c.stats();
+                (m + now.attempts - b.attempts, q + now.waiting)
+            });
+        let done = match mode {
+            Mode::Notify => queued >= WAITERS as u64,
+            _ => made >= WAITERS as u64,
+        };
+        if done {
             break;
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
+    assert!(Instant::now() < formed, "the queue did not form in 30 s");
     tokio::time::sleep(Duration::from_millis(100)).await;
     let stats_before: Vec<_> = clients.iter().map(Client::stats).collect();
     reset_stats(nodes);

@@ -117,6 +117,7 @@ impl Client {
 
     pub(crate) fn from_parts(nodes: Vec<Arc<Node>>, config: Config) -> Self {
         let id = uuid::Uuid::new_v4();
+        let waits = Waits::new(&id, config.max_local_handoffs);
         Self {
             inner: Arc::new(Inner {
                 nodes,
@@ -124,7 +125,7 @@ impl Client {
                 id,
                 counters: Counters::default(),
                 longest_ttl_ms: AtomicU64::new(0),
-                waits: Waits::new(&id),
+                waits,
             }),
         }
     }

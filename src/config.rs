@@ -36,6 +36,7 @@ pub struct Builder {
     fence_retention: Duration,
     auto_extend: Option<AutoExtend>,
     wake_on_release: bool,
+    max_local_handoffs: u32,
     restart_guard: RestartGuard,
 }
 
@@ -54,6 +55,7 @@ pub(crate) struct Config {
     pub(crate) fencing: Option<Duration>,
     pub(crate) auto_extend: Option<AutoExtend>,
     pub(crate) wake_on_release: bool,
+    pub(crate) max_local_handoffs: u32,
     pub(crate) restart_guard: RestartGuard,
 }
 
@@ -76,6 +78,7 @@ impl Builder {
             fence_retention: DEFAULT_FENCE_RETENTION,
             auto_extend: None,
             wake_on_release: true,
+            max_local_handoffs: crate::notify::DEFAULT_LOCAL_HANDOFFS,
             restart_guard: RestartGuard::new(),
         }
     }
@@ -189,6 +192,20 @@ impl Builder {
         self
     }
 
+    /// When waiting by notification: how many times in a row this client
+    /// hands a lock it releases straight to its own next waiter (woken at
+    /// once, without the notice's trip through Redis) while other clients
+    /// wait for the same lock. Then its next waiter hears the release
+    /// with theirs, and whoever lands first gets the turn. Defaults to 16:
+    /// a client whose tasks loop on a lock cannot keep it from other
+    /// processes, at a cost of one slower handoff in 17 while they wait.
+    /// `u32::MAX` never yields (most throughput; other clients may wait
+    /// until their deadlines); `0` lets every release be contended.
+    pub fn max_local_handoffs(mut self, handoffs: u32) -> Self {
+        self.max_local_handoffs = handoffs;
+        self
+    }
+
     /// Keeps a node whose server (re)started recently out of quorums; see
     /// [`RestartGuard`]. Defaults to [`RestartGuard::new()`]: on, for the
     /// longest TTL this client has requested.
@@ -256,6 +273,7 @@ impl Builder {
             fencing: self.fencing.then_some(self.fence_retention),
             auto_extend: self.auto_extend,
             wake_on_release: self.wake_on_release,
+            max_local_handoffs: self.max_local_handoffs,
             restart_guard: self.restart_guard,
         };
         Ok(Client::from_parts(nodes, config))

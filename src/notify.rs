@@ -43,11 +43,12 @@ const RECENT_NOTICES: usize = 32;
 pub(crate) const LINGER: Duration = Duration::from_secs(5);
 
 /// How many times in a row a client hands a lock it releases straight to
-/// its own next waiter while other clients wait for it too. Then, once, its
-/// head hears the release through Redis with theirs and competes on equal
-/// terms: without this, a client whose tasks keep the queue full (workers
-/// in a loop) would keep the lock from every other client.
-pub(crate) const LOCAL_TURNS: u32 = 4;
+/// its own next waiter while other clients wait for it too, unless
+/// `Builder::max_local_handoffs` says otherwise. Then, once, its head hears
+/// the release through Redis with theirs and competes on equal terms:
+/// without this, a client whose tasks keep the queue full (workers in a
+/// loop) would keep the lock from every other client.
+pub(crate) const DEFAULT_LOCAL_HANDOFFS: u32 = 16;
 
 /// Pauses between reconnects of a subscription connection.
 const RESUBSCRIBE_MIN: Duration = Duration::from_millis(25);
@@ -101,6 +102,8 @@ struct Shared {
     /// Notices of this client's releases still being queued: their copies
     /// from Redis are ignored (see [`Waits::releasing`]). A handful at most.
     own: Mutex<Vec<Box<str>>>,
+    /// See [`DEFAULT_LOCAL_HANDOFFS`].
+    local_handoffs: u32,
 }
 
 /// A release of this client being queued on every connection; see
@@ -164,7 +167,8 @@ struct Queue {
     /// for [`LINGER`]).
     idle_since: Option<Instant>,
     /// Releases of this client handed straight to its own head since a
-    /// release was last heard through Redis (see [`LOCAL_TURNS`]).
+    /// release was last heard through Redis (see
+    /// [`DEFAULT_LOCAL_HANDOFFS`]).
     local_turns: u32,
     next_id: u64,
 }
@@ -185,13 +189,14 @@ impl Drop for Waits {
 
 impl Waits {
     /// Waiting state of the client with id `client`.
-    pub(crate) fn new(client: &uuid::Uuid) -> Self {
+    pub(crate) fn new(client: &uuid::Uuid, local_handoffs: u32) -> Self {
         let mut tag = client.simple().to_string();
         tag.truncate(8);
         tag.push('/');
         Self {
             shared: Arc::new(Shared {
                 tag,
+                local_handoffs,
                 ..Shared::default()
             }),
             tasks: OnceLock::new(),
@@ -352,7 +357,7 @@ impl Shared {
 
     /// This client's release of `key` with `notice` is queued on every
     /// connection: wake its own head at once, unless other clients wait
-    /// too and it has had [`LOCAL_TURNS`] in a row. Then the notice's copies
+    /// too and it has had its local handoffs in a row. Then the notice's copies
     /// from Redis wake it, with the count of clients to spread over, as
     /// they wake every other client's head.
     fn released_here(&self, key: &str, notice: &str) {
@@ -365,7 +370,7 @@ impl Shared {
             queue.remember(notice.into());
             return;
         }
-        if queue.competitors > 1 && queue.local_turns >= LOCAL_TURNS {
+        if queue.competitors > 1 && queue.local_turns >= self.local_handoffs {
             queue.local_turns = 0;
             return;
         }
@@ -735,8 +740,9 @@ mod tests {
     }
 
     #[test]
-    fn other_clients_get_a_turn_after_local_turns() {
-        let waits = Waits::default();
+    fn other_clients_get_a_turn_after_local_handoffs() {
+        const LOCAL_TURNS: u32 = 4;
+        let waits = Waits::new(&uuid::Uuid::new_v4(), LOCAL_TURNS);
         let key: Arc<str> = "k".into();
         let a = waits.join(&[], &key);
         // Another client's release, heard with 3 clients subscribed.
@@ -763,7 +769,7 @@ mod tests {
         // the clients to spread over.
         assert_eq!(a.head().unwrap().competitors, 3);
         // With this client alone, every release is handed over at once.
-        let alone = Waits::default();
+        let alone = Waits::new(&uuid::Uuid::new_v4(), LOCAL_TURNS);
         let b = alone.join(&[], &key);
         for i in 0..(2 * LOCAL_TURNS) {
             let before = b.head().unwrap().heard;
@@ -791,7 +797,7 @@ mod tests {
     #[test]
     fn own_cleanup_notices_are_ignored() {
         let id = uuid::Uuid::new_v4();
-        let waits = Waits::new(&id);
+        let waits = Waits::new(&id, DEFAULT_LOCAL_HANDOFFS);
         assert_eq!(waits.tag().len(), 9);
         let key: Arc<str> = "k".into();
         let a = waits.join(&[], &key);

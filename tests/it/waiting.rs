@@ -357,20 +357,76 @@ async fn a_cancelled_head_hands_its_place_on() {
 
 /// Two clients whose tasks keep the queue full (workers in a loop, each
 /// going straight back to `acquire` after its release) share the lock: a
-/// client hands a release straight to its own next waiter only a few times
-/// in a row while the other client waits too, then lets its head compete
-/// with the other's. Without that the client holding the lock first keeps
-/// it (the other gets nothing until its waiters' deadlines), and within a
-/// client a task coming straight back queues behind the waiting ones.
+/// client hands a release straight to its own next waiter only
+/// `max_local_handoffs` times in a row while the other client waits too,
+/// then lets its head compete with the other's. The negative control
+/// (`u32::MAX`, never yield) shows what the bound prevents: the client
+/// holding the lock keeps it, and the other gets (almost) nothing until
+/// its waiters' deadlines. Within a client every task gets turns: a task
+/// coming straight back queues behind the waiting ones.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn looping_clients_take_turns_with_each_other() {
+    let cluster = Cluster::start(3);
+    let bounded = looping_clients(&cluster, "bounded", 2).await;
+    let unbounded = looping_clients(&cluster, "unbounded", u32::MAX).await;
+    let default = looping_clients(&cluster, "default", 16).await;
+    println!("2 looping clients, max_local_handoffs 2: {bounded}; u32::MAX: {unbounded}; 16 (default): {default}");
+    // Bounded at 2, a client yields every third release and the other wins
+    // about half of those: measured 47–60 switches in 300 grants, runs of
+    // at most 15–21. Never yielding: 1–2 switches, one client 303 of 310
+    // (the other's tasks got in when the first's stopped). The default
+    // (16): 8–15 switches, 40–60 % each.
+    assert!(bounded.switches >= 25, "{bounded}");
+    assert!(
+        bounded.switches > 3 * unbounded.switches,
+        "{bounded} vs {unbounded}"
+    );
+    assert!(
+        bounded.longest < unbounded.longest,
+        "{bounded} vs {unbounded}"
+    );
+    for (c, n) in bounded.per_client.iter().enumerate() {
+        assert!(*n >= bounded.grants / 5, "client {c}: {bounded}");
+    }
+    for (c, n) in default.per_client.iter().enumerate() {
+        assert!(*n >= default.grants / 10, "client {c}: {default}");
+    }
+}
+
+struct Turns {
+    grants: usize,
+    per_client: [usize; 2],
+    longest: usize,
+    switches: usize,
+}
+
+impl std::fmt::Display for Turns {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "grants per client {:?}, longest run {}, {} switches",
+            self.per_client, self.longest, self.switches
+        )
+    }
+}
+
+/// Two clients × 6 tasks looping on one resource until 300 grants.
+async fn looping_clients(cluster: &Cluster, name: &str, handoffs: u32) -> Turns {
     const TASKS: usize = 6;
     const TOTAL: usize = 300;
-    let cluster = Cluster::start(3);
-    let clients = [client(&cluster), client(&cluster)];
+    let clients: Vec<Client> = (0..2)
+        .map(|_| {
+            crate::helpers::builder(cluster.urls())
+                .node_timeout(secs(1))
+                .max_local_handoffs(handoffs)
+                .build()
+                .unwrap()
+        })
+        .collect();
     for c in &clients {
-        warm_up(c, &cluster).await;
+        warm_up(c, cluster).await;
     }
+    let resource = format!("shared-loop-{name}");
     let granted = Arc::new(AtomicUsize::new(0));
     let inside = Arc::new(AtomicBool::new(false));
     let overlaps = Arc::new(AtomicUsize::new(0));
@@ -379,8 +435,9 @@ async fn looping_clients_take_turns_with_each_other() {
     let mut tasks = Vec::new();
     for (c, client) in clients.iter().enumerate() {
         for t in 0..TASKS {
-            let (client, granted, inside, overlaps, order) = (
+            let (client, resource, granted, inside, overlaps, order) = (
                 client.clone(),
+                resource.clone(),
                 granted.clone(),
                 inside.clone(),
                 overlaps.clone(),
@@ -389,7 +446,7 @@ async fn looping_clients_take_turns_with_each_other() {
             tasks.push(tokio::spawn(async move {
                 while granted.load(Ordering::SeqCst) < TOTAL {
                     let guard = client
-                        .lock("shared-loop", secs(10))
+                        .lock(&resource, secs(10))
                         .retry(Retry::new().with_max_wait(secs(60)))
                         .acquire()
                         .await
@@ -414,40 +471,25 @@ async fn looping_clients_take_turns_with_each_other() {
     }
     assert_eq!(overlaps.load(Ordering::SeqCst), 0, "two holders at once");
     let order = order.lock().unwrap().clone();
-    let per_client = [0, 1].map(|c| order.iter().filter(|(o, _)| *o == c).count());
-    // Longest run of grants to one client.
-    let longest = order
-        .chunk_by(|a, b| a.0 == b.0)
-        .map(<[_]>::len)
-        .max()
-        .unwrap_or(0);
-    let switches = order.windows(2).filter(|w| w[0].0 != w[1].0).count();
-    println!(
-        "2 looping clients × {TASKS} tasks: grants per client {per_client:?}, longest run {longest}, {switches} switches"
-    );
-    // A client yields every LOCAL_TURNS (4) releases and the other wins
-    // about half the yields: measured 32–39 switches, runs of at most
-    // 20–55 grants, 42–59 % for one client. With the client keeping its
-    // releases (LOCAL_TURNS unbounded): 3–6 switches, runs of 160–269, and
-    // 8–40 % for the other.
-    assert!(
-        switches >= TOTAL / 20,
-        "{switches} switches, longest run {longest}"
-    );
-    for (c, n) in per_client.iter().enumerate() {
-        assert!(
-            *n >= order.len() / 5,
-            "client {c}: {n} of {} grants",
-            order.len()
-        );
-    }
-    // Every task of both clients got turns (FIFO within a client).
+    // Every task of both clients got turns (FIFO within a client); in the
+    // unbounded run the other client's tasks may wait long but still come
+    // in once the first client's workers stop.
     for c in 0..2 {
         for t in 0..TASKS {
             assert!(
                 order.contains(&(c, t)),
-                "task {t} of client {c} never got the lock: {order:?}"
+                "{name}: task {t} of client {c} never got the lock: {order:?}"
             );
         }
+    }
+    Turns {
+        grants: order.len(),
+        per_client: [0, 1].map(|c| order.iter().filter(|(o, _)| *o == c).count()),
+        longest: order
+            .chunk_by(|a, b| a.0 == b.0)
+            .map(<[_]>::len)
+            .max()
+            .unwrap_or(0),
+        switches: order.windows(2).filter(|w| w[0].0 != w[1].0).count(),
     }
 }
