@@ -709,11 +709,23 @@ impl Client {
 
     /// Re-seeds node `index`'s fences from a majority of the other nodes:
     /// every fence key any of them holds, raised on `index` to the largest
-    /// value among them. Any token handed out was written to a majority,
-    /// and any majority of the other nodes intersects it, so afterwards the
-    /// node's fences are at least every token issued before, as if it had
-    /// never lost them (DESIGN.md, "The restart guard"). Returns the
-    /// re-seeded server's `run_id` and the number of keys.
+    /// value among them. Any token handed out was written to a majority;
+    /// at most N − quorum nodes can have lost their fences at once (the
+    /// model), so the holders of a token that kept their data and any
+    /// quorum of nodes that kept theirs intersect. Afterwards the node's
+    /// fences are at least every token issued before, as if it had never
+    /// lost them (DESIGN.md, "The restart guard").
+    ///
+    /// Only nodes that may vote in a fenced request count as sources: a
+    /// node itself restarted within the window and not yet re-seeded may
+    /// have lost the largest token, and copying from it wrote stale fences
+    /// (decreasing tokens, found by the fault suite's 8-minute run). When
+    /// fewer than a quorum of the nodes that answered are such sources
+    /// (more than N − quorum restarted empty at once, outside the model),
+    /// the values are raised to at least the clock seed a lost fence gets
+    /// anyway, so tokens keep increasing as long as clocks agree, and the
+    /// node is not locked out for good. Returns the re-seeded server's
+    /// `run_id` and the number of keys.
     async fn reseed(&self, index: usize) -> Result<(String, usize), String> {
         let nodes = &self.inner.nodes;
         let target = nodes.get(index).ok_or("no such node")?;
@@ -726,27 +738,44 @@ impl Client {
         );
         let bound = self.inner.config.node_timeout.max(Duration::from_secs(1));
         let mut fences: std::collections::HashMap<String, u64> = Default::default();
-        let mut sources = 0;
+        // Other nodes that answered, and those among them whose fences can
+        // be trusted (not restarted and still unseeded themselves).
+        let (mut answered, mut sources) = (0, 0);
+        let vote = self.vote(true);
         for (i, node) in nodes.iter().enumerate() {
             if i == index {
                 continue;
             }
-            if let Ok(read) = read_fences(node, &pattern, bound).await {
-                sources += 1;
-                for (key, value) in read {
-                    let max = fences.entry(key).or_default();
-                    *max = (*max).max(value);
+            match read_fences(node, &pattern, bound, vote).await {
+                Ok(read) => {
+                    answered += 1;
+                    sources += 1;
+                    for (key, value) in read {
+                        let max = fences.entry(key).or_default();
+                        *max = (*max).max(value);
+                    }
                 }
+                Err(NodeErrorKind::Restarted { .. } | NodeErrorKind::Reseeding) => answered += 1,
+                Err(_) => {}
             }
         }
-        // A majority of all N, the restarted node excluded: every earlier
-        // token lives on at least one of them.
-        if sources < quorum(nodes.len()) && nodes.len() > 1 {
+        let quorum = quorum(nodes.len());
+        if nodes.len() > 1 && answered < quorum {
             return Err(format!(
-                "only {sources} other nodes answered, a majority is needed"
+                "only {answered} other nodes answered, a majority is needed"
             ));
         }
-        let keys: Vec<(String, u64)> = fences.into_iter().collect();
+        let keys: Vec<(String, u64)> = if sources >= quorum || nodes.len() == 1 {
+            fences.into_iter().collect()
+        } else {
+            let floor = fence_seed();
+            tracing::warn!(
+                sources,
+                answered,
+                "fewer than a majority of nodes kept their fences: re-seeding with the clock as a floor"
+            );
+            fences.into_iter().map(|(k, v)| (k, v.max(floor))).collect()
+        };
         for chunk in keys.chunks(RESEED_CHUNK) {
             let names: Vec<&str> = chunk.iter().map(|(k, _)| k.as_str()).collect();
             let values: Vec<String> = chunk.iter().map(|(_, v)| v.to_string()).collect();
@@ -862,6 +891,7 @@ async fn read_fences(
     node: &Node,
     pattern: &str,
     bound: Duration,
+    vote: Option<Vote>,
 ) -> Result<Vec<(String, u64)>, NodeErrorKind> {
     let mut out = Vec::new();
     let mut cursor = String::from("0");
@@ -872,7 +902,7 @@ async fn read_fences(
             .arg(pattern)
             .arg("COUNT")
             .arg(1000);
-        let reply = tokio::time::timeout(bound, node.run_command(&scan, &Settled::NEVER, None))
+        let reply = tokio::time::timeout(bound, node.run_command(&scan, &Settled::NEVER, vote))
             .await
             .map_err(|_| NodeErrorKind::Timeout(bound))??;
         let Value::Array(parts) = reply else {
@@ -895,7 +925,7 @@ async fn read_fences(
             for key in &keys {
                 mget.arg(key);
             }
-            let reply = tokio::time::timeout(bound, node.run_command(&mget, &Settled::NEVER, None))
+            let reply = tokio::time::timeout(bound, node.run_command(&mget, &Settled::NEVER, vote))
                 .await
                 .map_err(|_| NodeErrorKind::Timeout(bound))??;
             if let Value::Array(values) = reply {

@@ -234,3 +234,59 @@ async fn a_restarted_node_gets_its_fences_back_from_a_majority() {
         guard.release().await;
     }
 }
+
+/// Two of five nodes restarted empty, and the one other node holding the
+/// largest fence paused: a re-seed must not copy from a node that lost its
+/// own fences (here the other restarted node). Before the fix the re-seed
+/// took the largest fence among the three nodes that answered, one of them
+/// empty, and wrote a stale value: the next holder's token went down
+/// (found by the fault suite's 8-minute `kill-nopersist-guard`). Now only
+/// nodes that kept their fences count as sources; with fewer than a
+/// majority of them the clock seed a lost fence gets anyway is the floor.
+#[tokio::test]
+async fn a_reseed_never_copies_from_a_node_that_lost_its_fences() {
+    let mut cluster = Cluster::start(5);
+    let window = ms(1500);
+    let client = guarded(&cluster, window);
+    // Past the window every node votes, and "x" has a fence everywhere.
+    let guard = patiently(&client, "x", secs(1), "granted").await;
+    guard.release().await;
+    let key = "redfence:fence:x";
+    // The largest fence (the last token) lives on nodes 0, 1 and 2 only;
+    // nodes 3 and 4 missed the last grants.
+    let (high, low) = (1_000_000u64, 500_000u64);
+    for (i, value) in [high, high, high, low, low].iter().enumerate() {
+        assert_eq!(
+            cluster.nodes[i].cli(&["SET", key, &value.to_string()]),
+            "OK"
+        );
+    }
+    cluster.node(0).restart();
+    cluster.node(1).restart();
+    cluster.node(2).pause();
+    // Fenced acquires of another resource find nodes 0 and 1 young and
+    // start their re-seeds (they fail: nodes 0 and 1 do not vote yet and
+    // node 2 is paused).
+    let deadline = Instant::now() + secs(20);
+    let fence0 =
+        |cluster: &Cluster| -> Option<u64> { cluster.nodes[0].cli(&["GET", key]).parse().ok() };
+    while fence0(&cluster).is_none() {
+        assert!(Instant::now() < deadline, "node 0 was never re-seeded");
+        let _ = client
+            .lock("c", secs(1))
+            .retry(Retry::once())
+            .acquire()
+            .await;
+        tokio::time::sleep(ms(100)).await;
+    }
+    let reseeded = fence0(&cluster).unwrap();
+    assert!(
+        reseeded > high,
+        "node 0 re-seeded to {reseeded}, below the last token {high}"
+    );
+    cluster.node(2).resume();
+    let guard = patiently(&client, "x", secs(1), "granted after the re-seed").await;
+    let token = guard.token().unwrap().get();
+    assert!(token > high, "token {token} after {high}");
+    guard.release().await;
+}
