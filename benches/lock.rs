@@ -1659,7 +1659,7 @@ impl Bench {
              fenced client per task, max_wait {} s",
             self.rt.metrics().num_workers(),
             TTL.as_secs(),
-            redfence::DEFAULT_FENCE_RETENTION.as_secs() / 3600,
+            redfence::limits::DEFAULT_FENCE_RETENTION.as_secs() / 3600,
             CONTENTION_MAX_WAIT.as_secs()
         )
     }

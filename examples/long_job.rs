@@ -87,7 +87,7 @@ async fn long_job(nodes: Vec<String>) -> Result<(), BoxError> {
         }
     });
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let key = format!("{}lock:{RESOURCE}", redfence::DEFAULT_PREFIX);
+    let key = format!("{}lock:{RESOURCE}", redfence::limits::DEFAULT_PREFIX);
     for url in &nodes {
         let mut conn = redis::Client::open(url.as_str())?
             .get_multiplexed_async_connection()

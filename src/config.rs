@@ -1,47 +1,18 @@
-//! Client configuration: the builder, its defaults, and validation.
+//! The validated settings a client runs with, and the parsing of node URLs
+//! into connections-to-be (nothing connects here). The public setters that
+//! fill these live on `Builder`, in `client`.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use redis::{ConnectionAddr, IntoConnectionInfo};
 
-use crate::client::Client;
+use crate::autoextend::AutoExtend;
 use crate::error::ConfigError;
 use crate::node::{Node, NodeTimeouts, Registry};
-use crate::resource::{DEFAULT_PREFIX, MAX_PREFIX_LEN};
 use crate::restart::RestartGuard;
 use crate::retry::Retry;
-
-/// Most nodes a client may have. Node sets are bitmasks; a Redlock of more
-/// than a handful of masters buys nothing anyway.
-pub const MAX_NODES: usize = 64;
 use crate::validity::DriftFactor;
-use crate::watchdog::AutoExtend;
-
-/// Builds a [`Client`]. Every setter documents its default; `build`
-/// validates everything and connects to nothing (nodes are connected on first
-/// use, so a client can be built while some nodes are down).
-#[derive(Debug, Clone)]
-#[must_use]
-pub struct Builder {
-    urls: Vec<String>,
-    node_timeout: Duration,
-    connect_timeout: Duration,
-    reconnect_backoff_max: Duration,
-    drift_factor: f64,
-    min_validity: Duration,
-    key_prefix: String,
-    retry: Retry,
-    fencing: bool,
-    fence_retention: Duration,
-    auto_extend: Option<AutoExtend>,
-    wake_on_release: bool,
-    max_local_handoffs: u32,
-    restart_guard: RestartGuard,
-}
-
-/// The default of [`Builder::fence_retention`]: one day.
-pub const DEFAULT_FENCE_RETENTION: Duration = Duration::from_secs(24 * 3600);
 
 /// The validated settings a client runs with.
 #[derive(Debug, Clone)]
@@ -59,225 +30,34 @@ pub(crate) struct Config {
     pub(crate) restart_guard: RestartGuard,
 }
 
-impl Builder {
-    pub(crate) fn new<I, S>(urls: I) -> Self
-    where
-        I: IntoIterator<Item = S>,
-        S: Into<String>,
-    {
-        Self {
-            urls: urls.into_iter().map(Into::into).collect(),
-            node_timeout: Duration::from_millis(100),
-            connect_timeout: Duration::from_secs(1),
-            reconnect_backoff_max: Duration::from_secs(1),
-            drift_factor: 0.01,
-            min_validity: Duration::ZERO,
-            key_prefix: DEFAULT_PREFIX.to_owned(),
-            retry: Retry::new(),
-            fencing: true,
-            fence_retention: DEFAULT_FENCE_RETENTION,
-            auto_extend: None,
-            wake_on_release: true,
-            max_local_handoffs: crate::notify::DEFAULT_LOCAL_HANDOFFS,
-            restart_guard: RestartGuard::new(),
-        }
-    }
-
-    /// How long one node may take to answer one command before it counts as
-    /// a failed vote. Should be far below the TTLs you use; a node that is
-    /// dead, paused or black-holed costs at most this, and when a majority
-    /// answers sooner it costs the caller nothing. Within an attempt it is
-    /// further capped by the TTL, since a grant arriving after the lock's
-    /// validity ended is useless. Defaults to 100 ms.
-    pub fn node_timeout(mut self, timeout: Duration) -> Self {
-        self.node_timeout = timeout;
-        self
-    }
-
-    /// Bound on connecting to a node (TCP, AUTH, identity checks). A connect
-    /// runs on behalf of all callers; each caller still waits at most its
-    /// node timeout for it. Defaults to 1 second.
-    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
-        self.connect_timeout = timeout;
-        self
-    }
-
-    /// Longest pause between reconnect attempts to a node that is down
-    /// (pauses start at 25 ms and double). While paused, commands to that
-    /// node fail at once instead of each paying for a failed connect.
-    /// Defaults to 1 second.
-    pub fn reconnect_backoff_max(mut self, max: Duration) -> Self {
-        self.reconnect_backoff_max = max;
-        self
-    }
-
-    /// Clock drift allowance as a fraction of the TTL, in `[0, 1)`: validity
-    /// = TTL − elapsed − (TTL × factor + 2 ms). Defaults to 0.01.
-    pub fn drift_factor(mut self, factor: f64) -> Self {
-        self.drift_factor = factor;
-        self
-    }
-
-    /// A lock whose validity at grant time is below this is not granted
-    /// (it is released and the attempt counts as failed). Defaults to zero:
-    /// any positive validity is accepted.
-    pub fn min_validity(mut self, min: Duration) -> Self {
-        self.min_validity = min;
-        self
-    }
-
-    /// Prefix of every key this client writes. Clients that should exclude
-    /// each other must use the same prefix. Defaults to `"redfence:"`.
-    pub fn key_prefix(mut self, prefix: impl Into<String>) -> Self {
-        self.key_prefix = prefix.into();
-        self
-    }
-
-    /// The retry policy of [`Client::acquire`] and of lock requests that do
-    /// not set their own. Defaults to [`Retry::new()`].
-    pub fn retry(mut self, retry: Retry) -> Self {
-        self.retry = retry;
-        self
-    }
-
-    /// Whether acquisitions hand out fencing tokens
-    /// ([`LockGuard::token`](crate::LockGuard::token)). With fencing the
-    /// acquire is a `MULTI`/`EXEC` transaction that also moves the
-    /// resource's fence, in the same single round trip (a few microseconds
-    /// of server CPU more than a plain `SET NX`; rarely a second round, see
-    /// DESIGN.md). Without it the acquire is a plain `SET NX PX` and
-    /// `token()` is `None`. Clients that lock the same resources should
-    /// agree on this setting: a client without fencing does not move the
-    /// fence, so its acquisitions are invisible to the token order.
-    /// Defaults to `true`.
-    pub fn fencing(mut self, enabled: bool) -> Self {
-        self.fencing = enabled;
-        self
-    }
-
-    /// How long a resource's fence (one small key per resource and node,
-    /// `{prefix}fence:{resource}`) is kept after the resource was last
-    /// acquired; it is what makes each token larger than the last. Never
-    /// shorter than the lock's TTL. After it expires on a node, that node
-    /// reseeds the fence from its clock in microseconds, which is above any
-    /// earlier token as long as the node's clock is not behind by more than
-    /// the retention (DESIGN.md, "Fence state"). Defaults to 24 hours.
-    pub fn fence_retention(mut self, retention: Duration) -> Self {
-        self.fence_retention = retention;
-        self
-    }
-
-    /// Extend every lock automatically while its guard lives, unless the
-    /// request says otherwise ([`LockRequest::auto_extend`],
-    /// [`LockRequest::manual_extend`]). Defaults to off: a lock lasts its
-    /// TTL unless extended.
-    ///
-    /// [`LockRequest::auto_extend`]: crate::LockRequest::auto_extend
-    /// [`LockRequest::manual_extend`]: crate::LockRequest::manual_extend
-    pub fn auto_extend(mut self, auto: AutoExtend) -> Self {
-        self.auto_extend = Some(auto);
-        self
-    }
-
-    /// Whether a waiting acquire sleeps until the holder's release is
-    /// announced (a `PUBLISH` from the release script, heard on one shared
-    /// subscription connection per node) instead of polling. The wait still
-    /// ends at the holder's remaining TTL, or after the retry policy's
-    /// jittered delay as a fallback, and never after the deadline. Within
-    /// one client, only the longest-waiting request per resource retries on
-    /// a release; the others queue behind it. Defaults to `true`; `false`
-    /// polls under the retry policy alone.
-    pub fn wake_on_release(mut self, enabled: bool) -> Self {
-        self.wake_on_release = enabled;
-        self
-    }
-
-    /// When waiting by notification: how many times in a row this client
-    /// hands a lock it releases straight to its own next waiter (woken at
-    /// once, without the notice's trip through Redis) while other clients
-    /// wait for the same lock. Then its next waiter hears the release
-    /// with theirs, and whoever lands first gets the turn. Defaults to 16:
-    /// a client whose tasks loop on a lock cannot keep it from other
-    /// processes, at a cost of one slower handoff in 17 while they wait.
-    /// `u32::MAX` never yields (most throughput; other clients may wait
-    /// until their deadlines); `0` lets every release be contended.
-    pub fn max_local_handoffs(mut self, handoffs: u32) -> Self {
-        self.max_local_handoffs = handoffs;
-        self
-    }
-
-    /// Keeps a node whose server (re)started recently out of quorums; see
-    /// [`RestartGuard`]. Defaults to [`RestartGuard::new()`]: on, for the
-    /// longest TTL this client has requested.
-    pub fn restart_guard(mut self, guard: RestartGuard) -> Self {
-        self.restart_guard = guard;
-        self
-    }
-
-    /// Validates the settings and builds the client. Does not connect.
-    pub fn build(self) -> Result<Client, ConfigError> {
-        if self.urls.is_empty() {
-            return Err(ConfigError::NoNodes);
-        }
-        if self.urls.len() > MAX_NODES {
-            return Err(ConfigError::TooManyNodes(self.urls.len()));
-        }
-        let drift_factor = DriftFactor::new(self.drift_factor)
-            .ok_or(ConfigError::DriftFactor(self.drift_factor))?;
-        for (value, name) in [
-            (self.node_timeout, "node timeout"),
-            (self.connect_timeout, "connect timeout"),
-            (self.reconnect_backoff_max, "reconnect backoff"),
-            (self.fence_retention, "fence retention"),
-        ] {
-            if value.is_zero() {
-                return Err(ConfigError::ZeroDuration(name));
-            }
-        }
-        if self.key_prefix.len() > MAX_PREFIX_LEN {
-            return Err(ConfigError::PrefixTooLong(self.key_prefix.len()));
-        }
-        let timeouts = NodeTimeouts {
-            connect: self.connect_timeout,
-            backoff_min: Duration::from_millis(25).min(self.reconnect_backoff_max),
-            backoff_max: self.reconnect_backoff_max,
-            probe: self.node_timeout,
-        };
-        let registry = Registry::new(self.urls.len());
-        let mut seen: Vec<String> = Vec::with_capacity(self.urls.len());
-        let mut nodes = Vec::with_capacity(self.urls.len());
-        for (index, url) in self.urls.iter().enumerate() {
-            let (client, addr) = parse_node(index, url)?;
-            if let Some(first) = seen.iter().position(|a| *a == addr) {
-                return Err(ConfigError::DuplicateNode {
-                    addr,
-                    first,
-                    second: index,
-                });
-            }
-            seen.push(addr.clone());
-            nodes.push(Node::new(
-                index,
+/// One node per URL, in order, sharing one identity registry; two URLs that
+/// name the same address are refused (`DuplicateNode`). Connects to nothing.
+pub(crate) fn nodes(
+    urls: &[String],
+    timeouts: NodeTimeouts,
+) -> Result<Vec<Arc<Node>>, ConfigError> {
+    let registry = Registry::new(urls.len());
+    let mut seen: Vec<String> = Vec::with_capacity(urls.len());
+    let mut nodes = Vec::with_capacity(urls.len());
+    for (index, url) in urls.iter().enumerate() {
+        let (client, addr) = parse_node(index, url)?;
+        if let Some(first) = seen.iter().position(|a| *a == addr) {
+            return Err(ConfigError::DuplicateNode {
                 addr,
-                client,
-                timeouts,
-                Arc::clone(&registry),
-            ));
+                first,
+                second: index,
+            });
         }
-        let config = Config {
-            node_timeout: self.node_timeout,
-            drift_factor,
-            min_validity: self.min_validity,
-            key_prefix: self.key_prefix,
-            retry: self.retry,
-            fencing: self.fencing.then_some(self.fence_retention),
-            auto_extend: self.auto_extend,
-            wake_on_release: self.wake_on_release,
-            max_local_handoffs: self.max_local_handoffs,
-            restart_guard: self.restart_guard,
-        };
-        Ok(Client::from_parts(nodes, config))
+        seen.push(addr.clone());
+        nodes.push(Node::new(
+            index,
+            addr,
+            client,
+            timeouts,
+            Arc::clone(&registry),
+        ));
     }
+    Ok(nodes)
 }
 
 /// Parses one URL into a redis client and the address used to detect

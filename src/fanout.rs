@@ -21,42 +21,17 @@
 //! silent at the deadline is a `Timeout` vote and is reported to the node
 //! (`Node::note_timeout`), which may then skip it until a probe answers.
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
 use futures::future::BoxFuture;
 use futures::stream::{FuturesUnordered, StreamExt};
 
-use crate::error::{NodeErrorKind, NodeFailure};
-use crate::node::Node;
+use crate::failure::{NodeErrorKind, NodeFailure};
+use crate::node::{Node, Settled};
 use crate::quorum::{Decision, Tally};
 
 type NodeFuture<T> = BoxFuture<'static, (usize, Result<T, NodeErrorKind>)>;
-
-/// Set when the fan-out has decided; see the module docs.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct Settled(Option<Arc<AtomicBool>>);
-
-impl Settled {
-    /// A flag that is never set: for requests that must go out however late
-    /// (releases).
-    pub(crate) const NEVER: Settled = Settled(None);
-
-    fn new() -> Self {
-        Self(Some(Arc::default()))
-    }
-
-    pub(crate) fn is_set(&self) -> bool {
-        self.0.as_ref().is_some_and(|f| f.load(Ordering::Acquire))
-    }
-
-    fn set(&self) {
-        if let Some(f) = &self.0 {
-            f.store(true, Ordering::Release);
-        }
-    }
-}
 
 /// A set of node indexes (N ≤ 64 is checked at build).
 pub(crate) type NodeSet = u64;
@@ -330,7 +305,7 @@ impl<T: Send + Default + 'static> FanOut<T> {
                     Some((index, _)) => {
                         // Mark answered, so `expire` only blames the silent.
                         if let Some(slot) = self.answers.get_mut(index) {
-                            *slot = Some(Err(NodeErrorKind::Abandoned));
+                            *slot = Some(Err(NodeErrorKind::Skipped));
                         }
                     }
                     None => return,

@@ -95,6 +95,26 @@ pub(crate) fn next_fence(fence: u64) -> u64 {
     fence.saturating_add(1)
 }
 
+/// The first fence of a resource (and the one after its fence state
+/// expired): this machine's wall clock in microseconds since the Unix
+/// epoch. The only use of the wall clock in the crate, and not a timing
+/// decision: it only makes a fresh fence start above the tokens of fences
+/// that expired, because no resource is acquired a million times a second
+/// (DESIGN.md, "Fence state"). Safety within the retention does not depend
+/// on it. A clock before 1970 seeds 1.
+pub(crate) fn clock_seed() -> u64 {
+    seed_at(std::time::SystemTime::now())
+}
+
+/// The largest seed: far from `INCR`'s `i64` limit.
+const MAX_SEED: u64 = 1 << 62;
+
+fn seed_at(now: std::time::SystemTime) -> u64 {
+    now.duration_since(std::time::UNIX_EPOCH)
+        .map_or(1, |d| u64::try_from(d.as_micros()).unwrap_or(MAX_SEED))
+        .clamp(1, MAX_SEED)
+}
+
 #[cfg(test)]
 mod model;
 
@@ -136,6 +156,16 @@ mod tests {
         assert_eq!(next_fence(0), 1);
         assert_eq!(next_fence(4), 5);
         assert_eq!(next_fence(u64::MAX), u64::MAX);
+    }
+
+    #[test]
+    fn seeds_are_clock_microseconds() {
+        let seed = clock_seed();
+        // After 2020, and far from the i64 limit.
+        assert!(seed > 1_577_836_800_000_000, "{seed}");
+        assert!(seed <= MAX_SEED);
+        let before_1970 = std::time::UNIX_EPOCH - std::time::Duration::from_secs(1);
+        assert_eq!(seed_at(before_1970), 1);
     }
 
     #[test]

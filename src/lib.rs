@@ -26,12 +26,12 @@
 //! Bad input is a typed error at build or call time, never a panic:
 //!
 //! ```
-//! use redfence::{Client, ConfigError, Error};
+//! use redfence::{Client, ConfigError};
 //!
 //! let none: [&str; 0] = [];
-//! assert!(matches!(Client::new(none), Err(Error::Config(ConfigError::NoNodes))));
+//! assert!(matches!(Client::new(none), Err(ConfigError::NoNodes)));
 //! let twice = Client::new(["redis://127.0.0.1:7001", "redis://127.0.0.1:7001"]);
-//! assert!(matches!(twice, Err(Error::Config(ConfigError::DuplicateNode { .. }))));
+//! assert!(matches!(twice, Err(ConfigError::DuplicateNode { .. })));
 //! let bad = Client::builder(["redis://:secret@127.0.0.1:7001"]).drift_factor(1.5).build();
 //! assert_eq!(bad.unwrap_err().to_string(), "drift factor 1.5 is outside [0, 1)");
 //! ```
@@ -94,80 +94,94 @@
 //!
 //! ## Map
 //!
-//! - `config`: [`Builder`], defaults and validation.
-//! - `client`: [`Client`]; the acquire, extend and release operations.
-//! - `request`: [`LockRequest`]: acquire, try once, or run a closure under the lock.
-//! - `guard`: [`LockGuard`] and the read-only [`Lease`], with its lost-lock signal.
-//! - `watchdog`: [`AutoExtend`] and the task that extends a held lock.
-//! - `lost`: [`LostLock`] and [`LossReason`], what the lost-lock signal says.
-//! - `notify`: waiting by notification (release `PUBLISH`, one subscription
-//!   connection per node, a FIFO of waiters per resource).
-//! - `retry`: [`Retry`], the waiting policy as a value.
-//! - `restart`: [`RestartGuard`], which keeps a recently (re)started node
-//!   out of quorums for one window.
-//! - `node`: one connection per node, identity checks, per-call deadlines.
-//! - `audit`: [`Audit`], a read-only check of each node against Redlock's
-//!   assumptions (reachable master, distinct server, no eviction, persistence,
-//!   version, clock offset), with per-node [`Finding`]s.
-//! - `fanout`: concurrent requests to all nodes with early decision.
-//! - `quorum`, `validity`: the pure arithmetic, tested exhaustively.
-//! - `fence`: [`FencingToken`] and the token merge (pure; model-checked).
-//! - `store`: [`FencedStore`] on Redis and the [`StoreError`] of every fenced store.
-//! - `postgres` (feature `postgres`): the PostgreSQL fenced store.
-//! - `history` (feature `history`, on by default): the fault suite's event log and its checker.
-//! - `stats`: [`Stats`], the client's counters.
-//! - `scripts`: the Lua scripts and EVALSHA with NOSCRIPT fallback.
-//! - `resource`: names, keys and lock values.
-//! - `error`: [`Error`] and the per-node detail.
+//! The modules form a one-way stack: each names only the ones below it
+//! (DESIGN.md, "Files and layers", draws it with what each layer may
+//! import).
+//!
+//! 1. The handle: `builder` ([`Builder`], `Client::new`), `client`
+//!    ([`Client`]).
+//! 2. Requests and what they hand out: `request` ([`LockRequest`]: acquire,
+//!    try once, run a closure, wait), `guard` ([`LockGuard`]), `lease`
+//!    ([`Lease`], the lost-lock signal), `watchdog` (the auto-extension
+//!    task).
+//! 3. The protocol operations over the shared state, one file each:
+//!    `protocol::{shared, round, attempt, settle, extend, release, reseed}`;
+//!    beside them the deployment audit (`audit`: observe, judge, report)
+//!    and the fenced stores (`store`, and `postgres` with that feature).
+//! 4. Waiting by notification (`notify`) and the fan-out (`fanout`: all N
+//!    at once, decide at the quorum, hear the rest).
+//! 5. One node's connection (`node`: handshake, deadlines, health).
+//! 6. The wire (`wire`): commands, the `.lua` scripts, reply parsers.
+//! 7. Pure logic, tested without Redis: `config`, `autoextend`
+//!    ([`AutoExtend`]), `retry` ([`Retry`]), `restart` ([`RestartGuard`]),
+//!    `quorum`, `validity`, `fence` ([`FencingToken`], the token merge,
+//!    model-checked), `resource`, `stats` ([`Stats`]).
+//! 8. Data shared by all: `error` ([`Error`], [`ConfigError`]), `lost`
+//!    ([`LostLock`]), `failure` ([`QuorumFailure`] and the per-node detail),
+//!    [`limits`].
+//!
+//! ## Cargo features
+//!
+//! | feature | default | what it adds |
+//! |---|---|---|
+//! | `postgres` | off | `postgres::PgFencedStore`: fenced writes checked by PostgreSQL (tokio-postgres) |
+//!
+//! The default build has no optional dependency. The fault suite, with its
+//! event history and checker, is the `chaos` workspace member, not part of
+//! this library.
 
 #![forbid(unsafe_code)]
 #![deny(missing_docs, missing_debug_implementations)]
 #![warn(rust_2018_idioms, unreachable_pub)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod audit;
+mod autoextend;
+mod builder;
 mod client;
 mod config;
 mod error;
+mod failure;
 mod fanout;
 mod fence;
 mod guard;
+mod lease;
+pub mod limits;
 mod lost;
 mod node;
 mod notify;
+mod protocol;
 mod quorum;
 mod request;
 mod resource;
 mod restart;
 mod retry;
-mod scripts;
 mod stats;
 mod store;
 mod validity;
 mod watchdog;
+mod wire;
 
 #[cfg(feature = "postgres")]
+#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
 pub mod postgres;
 
-#[cfg(feature = "history")]
-pub mod history;
-
 pub use audit::{Audit, Check, Finding, NodeAudit, Severity};
-pub use client::{Client, Released};
-pub use config::{Builder, DEFAULT_FENCE_RETENTION, MAX_NODES};
-pub use error::{
-    ConfigError, Error, FailureReason, NodeErrorKind, NodeFailure, Phase, QuorumFailure,
-};
+pub use autoextend::AutoExtend;
+pub use builder::Builder;
+pub use client::Client;
+pub use error::{ConfigError, Error};
+pub use failure::{FailureReason, NodeErrorKind, NodeFailure, Phase, QuorumFailure};
 pub use fence::FencingToken;
-pub use guard::{Lease, LockGuard};
+pub use guard::LockGuard;
+pub use lease::Lease;
 pub use lost::{LossReason, LostLock};
+pub use protocol::release::Released;
 pub use request::LockRequest;
-pub use resource::{DEFAULT_PREFIX, MAX_PREFIX_LEN, MAX_RESOURCE_LEN};
 pub use restart::RestartGuard;
 pub use retry::Retry;
 pub use stats::Stats;
-pub use store::{Fenced, FencedStore, StaleToken, StoreError, DEFAULT_STORE_TIMEOUT};
-pub use validity::{DRIFT_CONSTANT, MAX_TTL};
-pub use watchdog::AutoExtend;
+pub use store::{Fenced, FencedStore, StaleToken, StoreError};
 
 #[cfg(test)]
 mod tests {

@@ -4,7 +4,7 @@
 use std::fmt;
 use std::time::{Duration, Instant};
 
-use crate::error::QuorumFailure;
+use crate::failure::QuorumFailure;
 use crate::fence::FencingToken;
 
 /// Why a lease ended, as reported by [`Lease::lost`](crate::Lease::lost).
@@ -67,7 +67,8 @@ pub struct LostLock {
     /// can have been granted the lock through a majority that includes
     /// honest nodes; after it, anyone may hold it.
     pub validity_left: Duration,
-    /// The last failed extend, when one caused the loss.
+    /// The last failed extend, when one caused the loss (also the error's
+    /// [`source`](std::error::Error::source)).
     pub failure: Option<Box<QuorumFailure>>,
 }
 
@@ -77,10 +78,16 @@ impl fmt::Display for LostLock {
         if !self.validity_left.is_zero() {
             write!(f, " ({:?} of validity left)", self.validity_left)?;
         }
-        if let Some(failure) = &self.failure {
-            write!(f, "; last extend: {failure}")?;
-        }
         Ok(())
+    }
+}
+
+/// The failed extend that caused the loss, if one did, is the source.
+impl std::error::Error for LostLock {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.failure
+            .as_deref()
+            .map(|f| f as &(dyn std::error::Error + 'static))
     }
 }
 

@@ -23,10 +23,34 @@ use futures::future::{BoxFuture, FutureExt, Shared};
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, Cmd, ErrorKind, Pipeline, RedisError, ServerErrorKind, Value};
 
-use crate::error::NodeErrorKind;
-use crate::fanout::Settled;
+use crate::failure::NodeErrorKind;
 use crate::restart;
-use crate::scripts::Script;
+use crate::wire::scripts::Script;
+
+/// Set when a fan-out has decided (see `fanout`): a request that only then
+/// gets its connection sends nothing.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Settled(Option<Arc<AtomicBool>>);
+
+impl Settled {
+    /// A flag that is never set: for requests that must go out however late
+    /// (releases).
+    pub(crate) const NEVER: Settled = Settled(None);
+
+    pub(crate) fn new() -> Self {
+        Self(Some(Arc::default()))
+    }
+
+    pub(crate) fn is_set(&self) -> bool {
+        self.0.as_ref().is_some_and(|f| f.load(Ordering::Acquire))
+    }
+
+    pub(crate) fn set(&self) {
+        if let Some(f) = &self.0 {
+            f.store(true, Ordering::Release);
+        }
+    }
+}
 
 /// What a node learned about the server at connect time. Later features (the
 /// restart guard) compare `run_id` and `uptime` across reconnects.
@@ -253,7 +277,7 @@ impl Node {
                 // The node restarted (or flushed scripts) since we last used
                 // it. EVAL runs and re-caches in one round trip.
                 if settled.is_set() {
-                    return Err(NodeErrorKind::Abandoned);
+                    return Err(NodeErrorKind::Skipped);
                 }
                 script.eval(keys, args).query_async(&mut conn).await
             }
@@ -313,7 +337,7 @@ impl Node {
     ) -> Result<Connected, NodeErrorKind> {
         let connected = self.connection(through_stall).await?;
         if settled.is_set() {
-            return Err(NodeErrorKind::Abandoned);
+            return Err(NodeErrorKind::Skipped);
         }
         if let Some(vote) = vote {
             let now = Instant::now();

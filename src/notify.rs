@@ -29,7 +29,7 @@ use futures::StreamExt;
 use tokio::sync::{mpsc, Notify};
 use tokio::task::JoinHandle;
 
-use crate::error::{NodeErrorKind, NodeFailure};
+use crate::failure::{NodeErrorKind, NodeFailure};
 use crate::node::Node;
 
 /// Notice ids remembered per resource to count a release once although it

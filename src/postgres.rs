@@ -101,7 +101,8 @@ use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::{GenericClient, Row};
 
 use crate::fence::FencingToken;
-use crate::store::{Fenced, StaleToken, StoreError, DEFAULT_STORE_TIMEOUT};
+use crate::limits::DEFAULT_STORE_TIMEOUT;
+use crate::store::{Fenced, StaleToken, StoreError};
 
 /// PostgreSQL's longest identifier (NAMEDATALEN − 1 bytes); longer ones
 /// are silently truncated by the server, so two long names could collide.

@@ -4,17 +4,21 @@
 
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::FutureExt;
 use tracing::Instrument;
 
-use crate::client::{Client, Grant, Target};
-use crate::error::{Error, FailureReason, QuorumFailure};
-use crate::guard::{Lease, LockGuard};
+use crate::autoextend::{AutoExtend, Schedule};
+use crate::error::Error;
+use crate::failure::{FailureReason, QuorumFailure};
+use crate::guard::LockGuard;
+use crate::lease::Lease;
 use crate::notify::{free_in, Place};
+use crate::protocol::attempt::{attempt, probe};
+use crate::protocol::shared::{Grant, Shared, Target};
 use crate::retry::{jitter, Retry};
-use crate::watchdog::AutoExtend;
 
 /// Spread of the retries of clients that wake on a holder's TTL running
 /// out: they all computed about the same instant.
@@ -27,12 +31,12 @@ const MAX_RELEASE_SPREAD: Duration = Duration::from_millis(50);
 /// or same-zone attempt.
 const FIRST_SPREAD_UNIT: Duration = Duration::from_millis(1);
 
-/// A lock request, made by [`Client::lock`]. Nothing is sent until one of
+/// A lock request, made by [`Client::lock`](crate::Client::lock). Nothing is sent until one of
 /// the consuming methods runs.
 #[derive(Debug, Clone)]
 #[must_use = "a lock request does nothing until acquired"]
 pub struct LockRequest {
-    client: Client,
+    shared: Arc<Shared>,
     resource: String,
     ttl: Duration,
     retry: Retry,
@@ -41,15 +45,32 @@ pub struct LockRequest {
 }
 
 impl LockRequest {
-    pub(crate) fn new(client: Client, resource: String, ttl: Duration, retry: Retry) -> Self {
+    pub(crate) fn new(shared: Arc<Shared>, resource: String, ttl: Duration) -> Self {
+        let config = &shared.config;
         Self {
-            auto_extend: client.default_auto_extend(),
-            wake_on_release: client.wake_on_release(),
-            client,
+            retry: config.retry,
+            auto_extend: config.auto_extend,
+            wake_on_release: config.wake_on_release,
+            shared,
             resource,
             ttl,
-            retry,
         }
+    }
+
+    /// The validated target and, when auto-extended, the watchdog's
+    /// schedule: everything that can be refused before a round trip.
+    fn checked(&self) -> Result<(Target, Option<Schedule>), Error> {
+        let target = self.shared.target(&self.resource, self.ttl)?;
+        let node_timeout = self.shared.config.node_timeout;
+        let schedule = self
+            .auto_extend
+            .map(|auto| auto.schedule(target.ttl.duration(), target.drift, node_timeout))
+            .transpose()?;
+        Ok((target, schedule))
+    }
+
+    fn guard(&self, target: &Target, grant: Grant, schedule: Option<Schedule>) -> LockGuard {
+        LockGuard::new(Arc::clone(&self.shared), target, grant, schedule)
     }
 
     /// The retry policy for [`acquire`](Self::acquire) and
@@ -96,11 +117,7 @@ impl LockRequest {
     /// a replica, two URLs for one server) on enough nodes to make a
     /// majority impossible ends the wait at once.
     pub async fn acquire(self) -> Result<LockGuard, Error> {
-        let target = self.client.target(&self.resource, self.ttl)?;
-        let schedule = self
-            .auto_extend
-            .map(|auto| self.client.schedule(&target, &auto))
-            .transpose()?;
+        let (target, schedule) = self.checked()?;
         let span = tracing::debug_span!("acquire", resource = %self.resource, ttl = ?self.ttl);
         let grant = if self.wake_on_release {
             self.wait_notified(&target).instrument(span).await
@@ -108,7 +125,7 @@ impl LockRequest {
             self.wait_polling(&target).instrument(span).await
         };
         let grant = grant.map_err(|failure| Error::NotAcquired(Box::new(failure)))?;
-        Ok(self.client.guard(&target, grant, schedule))
+        Ok(self.guard(&target, grant, schedule))
     }
 
     /// Retries after the policy's jittered pauses.
@@ -117,7 +134,7 @@ impl LockRequest {
         let mut attempts = 0u32;
         loop {
             attempts += 1;
-            match self.client.attempt(target, false).await {
+            match attempt(&self.shared, target, false).await {
                 Ok(grant) => {
                     tracing::debug!(attempts, elapsed = ?started.elapsed(), "acquired");
                     return Ok(grant);
@@ -155,7 +172,10 @@ impl LockRequest {
         // time). The first attempt then comes when this waiter is head and
         // a release is heard (or the head's timers fire), at the latest at
         // the deadline.
-        let mut place = self.client.wait_place_behind_others(target);
+        let mut place = self
+            .shared
+            .waits
+            .join_if_waiting(&self.shared.nodes, &target.key);
         if let Some(place) = &place {
             self.await_retry(
                 target,
@@ -178,7 +198,7 @@ impl LockRequest {
                 .or(heard);
             let probe = place.is_some();
             let attempt_start = Instant::now();
-            let result = self.client.attempt(target, probe).await;
+            let result = attempt(&self.shared, target, probe).await;
             // How long an attempt takes: the unit of the spread below.
             let attempt_time = attempt_start.elapsed();
             let mut failure = match result {
@@ -199,7 +219,8 @@ impl LockRequest {
                 return Err(failure);
             }
             let fresh = place.is_none();
-            let place = place.get_or_insert_with(|| self.client.wait_place(target));
+            let place = place
+                .get_or_insert_with(|| self.shared.waits.join(&self.shared.nodes, &target.key));
             let fallback = now + self.retry.pause(attempts, jitter);
             let expiry = match failure.reason {
                 FailureReason::Contended => free_in(
@@ -278,7 +299,7 @@ impl LockRequest {
             // Counted from before the probe: a release heard during it wakes
             // this waiter again.
             let before = place.head().map(|h| h.heard);
-            let Some(held_for) = self.client.probe(target).await else {
+            let Some(held_for) = probe(&self.shared, target).await else {
                 return;
             };
             *heard = before.or(*heard);
@@ -357,13 +378,9 @@ impl LockRequest {
     /// on it, skip" case. Other failures (nodes down, validity used up) are
     /// errors, because skipping on them would skip work nobody is doing.
     pub async fn try_acquire(self) -> Result<Option<LockGuard>, Error> {
-        let target = self.client.target(&self.resource, self.ttl)?;
-        let schedule = self
-            .auto_extend
-            .map(|auto| self.client.schedule(&target, &auto))
-            .transpose()?;
-        match self.client.attempt(&target, false).await {
-            Ok(grant) => Ok(Some(self.client.guard(&target, grant, schedule))),
+        let (target, schedule) = self.checked()?;
+        match attempt(&self.shared, &target, false).await {
+            Ok(grant) => Ok(Some(self.guard(&target, grant, schedule))),
             Err(failure) if failure.reason == FailureReason::Contended => Ok(None),
             Err(failure) => Err(Error::NotAcquired(Box::new(failure))),
         }

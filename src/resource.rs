@@ -5,14 +5,7 @@
 
 use std::sync::Arc;
 
-/// Longest accepted resource name, in bytes.
-pub const MAX_RESOURCE_LEN: usize = 1024;
-
-/// Longest accepted key prefix, in bytes.
-pub const MAX_PREFIX_LEN: usize = 256;
-
-/// Default key prefix. Keys look like `redfence:lock:{resource}`.
-pub const DEFAULT_PREFIX: &str = "redfence:";
+use crate::limits::MAX_RESOURCE_LEN;
 
 /// Checks a resource name; the message becomes [`Error::InvalidResource`](crate::Error::InvalidResource).
 pub(crate) fn validate(resource: &str) -> Result<(), &'static str> {

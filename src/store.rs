@@ -15,7 +15,8 @@ use std::time::Duration;
 use redis::Value;
 
 use crate::fence::FencingToken;
-use crate::scripts::{FENCED_READ, FENCED_WRITE};
+use crate::limits::DEFAULT_STORE_TIMEOUT;
+use crate::wire::scripts::{FENCED_READ, FENCED_WRITE};
 
 /// A write carried a token lower than one the key has already accepted: its
 /// writer's lease ran out and someone else has taken over. Nothing was
@@ -111,9 +112,6 @@ impl<C> fmt::Debug for FencedStore<C> {
     }
 }
 
-/// The default bound on one store call.
-pub const DEFAULT_STORE_TIMEOUT: Duration = Duration::from_secs(1);
-
 impl<C> FencedStore<C>
 where
     C: redis::aio::ConnectionLike + Clone + Send,
@@ -184,7 +182,7 @@ where
 
     async fn call(
         &self,
-        script: &crate::scripts::Script,
+        script: &crate::wire::scripts::Script,
         key: &str,
         args: &[&[u8]],
     ) -> Result<Value, StoreError> {

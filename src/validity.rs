@@ -6,18 +6,7 @@
 
 use std::time::Duration;
 
-/// The longest TTL a lock may be given: one year.
-///
-/// Redis itself accepts expirations up to `i64::MAX` milliseconds from now,
-/// but a lease longer than a year is a bug in the caller (a crashed holder
-/// would block the resource for that long), and keeping the bound small keeps
-/// every sum in this module far from overflow.
-pub const MAX_TTL: Duration = Duration::from_secs(365 * 24 * 60 * 60);
-
-/// The constant part of the drift allowance, as the Redlock description
-/// specifies: drift = TTL × factor + 2 ms. The 2 ms cover the granularity of
-/// Redis expiry (milliseconds) on both ends.
-pub const DRIFT_CONSTANT: Duration = Duration::from_millis(2);
+use crate::limits::{DRIFT_CONSTANT, MAX_TTL};
 
 /// Why a TTL was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

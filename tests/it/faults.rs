@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use redfence::{Client, Error, FailureReason, NodeErrorKind, Phase, Retry};
 
-use crate::helpers::{eventually, lock_key, ms, pttl, secs, warm_up, LOCK_KEYS};
+use crate::helpers::{eventually, lock_key, ms, pttl, report, secs, warm_up, LOCK_KEYS};
 use crate::support::Cluster;
 
 fn client_with_timeout(cluster: &Cluster, node_timeout: Duration) -> Client {
@@ -106,7 +106,7 @@ async fn two_of_three_killed_is_unavailable() {
         assert!(is_connect_failure(&f.kind), "{err}");
         assert!(!f.kind.is_permanent(), "{err}");
     }
-    let message = err.to_string();
+    let message = report(&err);
     for addr in &dead {
         assert!(message.contains(addr.as_str()), "{message}");
     }
@@ -282,7 +282,7 @@ async fn frozen_node_times_out_when_its_vote_is_needed() {
         matches!(timeout.kind, NodeErrorKind::Timeout(d) if d <= node_timeout),
         "{err}"
     );
-    assert!(err.to_string().contains("timed out after"), "{err}");
+    assert!(report(&err).contains("timed out after"), "{err}");
 
     cluster.node(2).resume();
     // Our grant on node 0 and whatever node 2 executes late are released;

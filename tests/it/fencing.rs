@@ -12,13 +12,15 @@ use redfence::{
     Client, FailureReason, FencedStore, FencingToken, NodeErrorKind, Phase, Retry, StoreError,
 };
 
-use crate::helpers::{eventually, lock_key, ms, pttl, secs, warm_client, warm_up, LOCK_KEYS};
+use crate::helpers::{
+    eventually, lock_key, ms, pttl, report, secs, warm_client, warm_up, LOCK_KEYS,
+};
 use crate::support::{Cluster, RedisServer, ServerOptions};
 
 const FENCE_KEYS: &str = "redfence:fence:*";
 
 fn fence_key(resource: &str) -> String {
-    format!("{}fence:{resource}", redfence::DEFAULT_PREFIX)
+    format!("{}fence:{resource}", redfence::limits::DEFAULT_PREFIX)
 }
 
 async fn store_on(server: &RedisServer) -> FencedStore<redis::aio::MultiplexedConnection> {
@@ -301,7 +303,7 @@ async fn write_back_to_a_node_that_lost_the_key_fails() {
             .any(|f| f.index == 2 && matches!(f.kind, NodeErrorKind::NotHeld)),
         "{err}"
     );
-    assert!(err.to_string().contains("token write-back"), "{err}");
+    assert!(report(&err).contains("token write-back"), "{err}");
     assert!(client.stats().write_backs_failed >= 1);
     // The failed attempt released node 0.
     assert!(eventually(secs(2), || cluster.nodes[0].count_keys(LOCK_KEYS) == 0).await);
@@ -475,7 +477,7 @@ async fn fences_at_i64_max_are_refused() {
         matches!(q.failures[0].kind, NodeErrorKind::Redis(_)),
         "{err}"
     );
-    assert!(err.to_string().contains("overflow"), "{err}");
+    assert!(report(&err).contains("overflow"), "{err}");
     assert!(eventually(secs(2), || cluster.count_keys(LOCK_KEYS) == vec![0]).await);
 }
 

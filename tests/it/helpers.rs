@@ -9,7 +9,7 @@ pub const LOCK_KEYS: &str = "redfence:lock:*";
 
 /// The Redis key of `resource`'s lock under the default prefix.
 pub fn lock_key(resource: &str) -> String {
-    format!("{}lock:{resource}", redfence::DEFAULT_PREFIX)
+    format!("{}lock:{resource}", redfence::limits::DEFAULT_PREFIX)
 }
 
 pub const fn ms(n: u64) -> Duration {
@@ -46,6 +46,19 @@ pub fn pttl(node: &RedisServer, key: &str) -> i64 {
 
 /// A display string follows the house style: starts lowercase, no trailing
 /// period.
+/// An error and its `source()` chain on one line, `a: b: c`, as an error
+/// reporter (anyhow's `{:#}`) prints it: what a user reads in a log.
+pub fn report(err: &dyn std::error::Error) -> String {
+    let mut text = err.to_string();
+    let mut source = err.source();
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text
+}
+
 pub fn assert_message_style(message: &str) {
     let first = message.chars().next().expect("empty error message");
     assert!(
@@ -72,12 +85,12 @@ where
 }
 
 /// `Client::new` for test servers: see [`builder`].
-pub fn client<I, S>(urls: I) -> Result<redfence::Client, redfence::Error>
+pub fn client<I, S>(urls: I) -> Result<redfence::Client, redfence::ConfigError>
 where
     I: IntoIterator<Item = S>,
     S: Into<String>,
 {
-    Ok(builder(urls).build()?)
+    builder(urls).build()
 }
 
 /// A client with a node timeout (1 s) far above any local round trip, for

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use redfence::{AutoExtend, Client, Error, FailureReason, LossReason, NodeErrorKind, Retry};
 
-use crate::helpers::{eventually, lock_key, ms, secs, warm_up, LOCK_KEYS};
+use crate::helpers::{eventually, lock_key, ms, report, secs, warm_up, LOCK_KEYS};
 use crate::support::{Cluster, RedisServer};
 
 /// A node timeout small enough that a watchdog fits several tries into a
@@ -156,7 +156,7 @@ async fn pausing_a_majority_fires_the_lost_signal_before_validity_ends() {
         Some(LossReason::Unreachable)
     );
     assert!(
-        err.to_string().starts_with("lock on \"paused\" lost: "),
+        report(&err).starts_with("lock on \"paused\" lost while held: lock on \"paused\" lost: "),
         "{err}"
     );
     assert!(

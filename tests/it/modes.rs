@@ -5,9 +5,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use redfence::{Error, FailureReason, NodeErrorKind, Phase, Retry, DRIFT_CONSTANT};
+use redfence::limits::DRIFT_CONSTANT;
+use redfence::{Error, FailureReason, NodeErrorKind, Phase, Retry};
 
-use crate::helpers::{eventually, lock_key, ms, new_client, pttl, secs, warm_client, LOCK_KEYS};
+use crate::helpers::{
+    eventually, lock_key, ms, new_client, pttl, report, secs, warm_client, LOCK_KEYS,
+};
 use crate::support::Cluster;
 
 /// The drift allowance of the default 0.01 factor.
@@ -275,7 +278,7 @@ async fn extend_after_expiry_is_not_held() {
         .iter()
         .all(|f| matches!(f.kind, NodeErrorKind::NotHeld)));
     assert!(
-        err.to_string().starts_with("extend of \"short\" failed"),
+        report(&err).starts_with("lock on \"short\" not extended: extend of \"short\" failed"),
         "{err}"
     );
     assert_eq!(cluster.count_keys(LOCK_KEYS), vec![0; 3]);

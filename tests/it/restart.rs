@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use redfence::{Client, Error, FailureReason, LockGuard, NodeErrorKind, RestartGuard, Retry};
 
-use crate::helpers::{eventually, ms, secs, LOCK_KEYS};
+use crate::helpers::{eventually, ms, report, secs, LOCK_KEYS};
 use crate::support::Cluster;
 
 fn guarded(cluster: &Cluster, window: Duration) -> Client {
@@ -74,7 +74,7 @@ async fn young_servers_vote_only_after_the_window() {
         }
     }
     assert!(
-        err.to_string().contains("(restart guard)"),
+        report(&err).contains("(restart guard)"),
         "the message names the guard: {err}"
     );
     assert_eq!(cluster.count_keys(LOCK_KEYS), vec![0; 3], "nothing was set");

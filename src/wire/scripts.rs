@@ -1,7 +1,9 @@
-//! The Lua scripts, and how they are sent.
+//! The Lua scripts, and how they are sent. The sources are the `.lua` files
+//! beside this one (`src/wire/lua/`), included at compile time; the benches
+//! include the same files, so no copy of a script exists anywhere else.
 //!
 //! Acquiring is not a script: a plain `SET key value NX PX ttl` without
-//! fencing, and a `MULTI`/`EXEC` transaction with it (`client::fenced_acquire`):
+//! fencing, and a `MULTI`/`EXEC` transaction with it (`wire::commands`):
 //! a Lua script costs the server several times the CPU of the commands it
 //! wraps (measured on Redis 7.0: ~10 µs for a script around one `SET`, ~3 µs
 //! for the `SET`), and the acquire needs no decision between its steps.
@@ -86,40 +88,15 @@ impl Script {
 /// owned by someone else (nothing announced).
 ///
 /// KEYS: lock key. ARGV: value, notice id.
-pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r#"
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  redis.call('DEL', KEYS[1])
-  local waiting = redis.call('PUBSUB', 'NUMSUB', KEYS[1])[2]
-  if waiting > 0 then
-    redis.call('PUBLISH', KEYS[1], ARGV[2] .. ':' .. waiting)
-  end
-  return 1
-end
-return 0
-"#,
-    )
-});
+pub(crate) static RELEASE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("lua/release.lua")));
 
 /// Reset the expiry only if the key still holds our value. Returns 1 when
 /// extended, 0 when absent, -1 when another owner's value is there (the
 /// watchdog treats that as the lock taken over). Never deletes: an extend
 /// that falls short leaves the lock to expire on its old schedule.
-pub(crate) static EXTEND: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r#"
-local v = redis.call('GET', KEYS[1])
-if v == ARGV[1] then
-  return redis.call('PEXPIRE', KEYS[1], ARGV[2])
-end
-if v then
-  return -1
-end
-return 0
-"#,
-    )
-});
+pub(crate) static EXTEND: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("lua/extend.lua")));
 
 /// The write-back: raises the fence to the token chosen by the client,
 /// only while the lock key still holds our value (so a token is never
@@ -130,20 +107,8 @@ return 0
 /// without leading zeros), exact over the whole range.
 ///
 /// KEYS: lock key, fence key. ARGV: value, token, retention ms.
-pub(crate) static WRITE_BACK: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r#"
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then
-  return 0
-end
-local f = redis.call('GET', KEYS[2])
-if not f or #f < #ARGV[2] or (#f == #ARGV[2] and f < ARGV[2]) then
-  redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[3])
-end
-return 1
-"#,
-    )
-});
+pub(crate) static WRITE_BACK: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("lua/write_back.lua")));
 
 /// The restart guard's re-seed: raises each fence in `KEYS` to the value in
 /// the same position of `ARGV` (the largest a majority of the other nodes
@@ -151,21 +116,8 @@ return 1
 /// write-back. Returns the number of keys.
 ///
 /// KEYS: fence keys. ARGV: values, then the retention in ms.
-pub(crate) static RESEED: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r#"
-local n = #KEYS
-for i = 1, n do
-  local f = redis.call('GET', KEYS[i])
-  local v = ARGV[i]
-  if not f or #f < #v or (#f == #v and f < v) then
-    redis.call('SET', KEYS[i], v, 'PX', ARGV[n + 1])
-  end
-end
-return n
-"#,
-    )
-});
+pub(crate) static RESEED: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("lua/reseed.lua")));
 
 /// The fenced store's write: store the value only if the token is at least
 /// the largest the key has accepted. Tokens are compared as decimal strings
@@ -173,32 +125,13 @@ return n
 /// written, `{0, current}` when refused.
 ///
 /// KEYS: the store key (a hash of `value` and `fence`). ARGV: value, token.
-pub(crate) static FENCED_WRITE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r#"
-local cur = redis.call('HGET', KEYS[1], 'fence')
-if cur and (#cur > #ARGV[2] or (#cur == #ARGV[2] and cur > ARGV[2])) then
-  return {0, cur}
-end
-redis.call('HSET', KEYS[1], 'value', ARGV[1], 'fence', ARGV[2])
-return 1
-"#,
-    )
-});
+pub(crate) static FENCED_WRITE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("lua/fenced_write.lua")));
 
 /// The fenced store's read: `{value, fence}`, or nil for a key never
 /// written.
-pub(crate) static FENCED_READ: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r#"
-local v = redis.call('HMGET', KEYS[1], 'value', 'fence')
-if not v[2] then
-  return false
-end
-return {v[1], v[2]}
-"#,
-    )
-});
+pub(crate) static FENCED_READ: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("lua/fenced_read.lua")));
 
 #[cfg(test)]
 mod tests {

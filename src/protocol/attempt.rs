@@ -1,0 +1,120 @@
+//! One Redlock attempt: a fresh value, `SET NX PX` (with the fence's move,
+//! when fencing is on) on all N nodes at once, decide at the first certain
+//! outcome, compute validity, settle the token. Also the one-node probe a
+//! waiter sends before a full attempt.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::failure::{Phase, QuorumFailure};
+use crate::fanout::all_nodes;
+use crate::fence::clock_seed;
+use crate::node::Settled;
+use crate::protocol::release::ReleaseOnDrop;
+use crate::protocol::reseed::reseed_if_wanted;
+use crate::protocol::round::round;
+use crate::protocol::settle::settle_token;
+use crate::protocol::shared::{Grant, Held, Shared, Target};
+use crate::resource::lock_value;
+use crate::stats::Event;
+use crate::wire::commands::{
+    parse_fenced, parse_held, parse_probed_set, parse_set, pttl, set_nx, set_nx_probed,
+    FencedAcquire,
+};
+
+/// One attempt on `target`. With `probe`, each node also reports the key's
+/// remaining TTL (`PTTL` in the same round trip), so a refused waiter knows
+/// when the holder's keys run out.
+pub(crate) async fn attempt(
+    shared: &Arc<Shared>,
+    target: &Target,
+    probe: bool,
+) -> Result<Grant, QuorumFailure> {
+    let mut held = Held {
+        key: target.key.clone(),
+        value: lock_value(&shared.id),
+        notice: rand::random(),
+        granted: false,
+        sent: all_nodes(shared.nodes.len()),
+        expires_at: Instant::now() + target.ttl.duration(),
+    };
+    // Armed until the attempt succeeds: a failed attempt, or this future
+    // being dropped mid-flight, releases in the background wherever the SET
+    // may have gone.
+    let mut cleanup = ReleaseOnDrop::new(shared, &held);
+    shared.counters.count(Event::Attempt);
+    let vote = shared.vote(true);
+    let (key, value, ttl_ms) = (&*held.key, &*held.value, target.ttl.millis());
+    let round = match &target.fence {
+        None if !probe => {
+            let set = Arc::new(set_nx(key, value, ttl_ms));
+            round(shared, Phase::Acquire, target, false, |node, settled| {
+                let set = Arc::clone(&set);
+                async move { parse_set(node.run_command(&set, &settled, vote).await?).map(|()| 0) }
+            })
+            .await
+        }
+        None => {
+            let pipe = Arc::new(set_nx_probed(key, value, ttl_ms));
+            round(shared, Phase::Acquire, target, false, |node, settled| {
+                let pipe = Arc::clone(&pipe);
+                async move { parse_probed_set(node.run_pipeline(&pipe, &settled, vote).await?) }
+            })
+            .await
+        }
+        Some((fence_key, retention)) => {
+            let pipe = FencedAcquire {
+                key,
+                value,
+                ttl_ms,
+                fence_key,
+                retention_ms: retention,
+                seed: clock_seed(),
+                probe,
+            }
+            .pipeline();
+            let pipe = Arc::new(pipe);
+            round(shared, Phase::Acquire, target, false, |node, settled| {
+                let pipe = Arc::clone(&pipe);
+                async move { parse_fenced(node.run_pipeline(&pipe, &settled, vote).await?) }
+            })
+            .await
+        }
+    };
+    held.sent = round.sent;
+    cleanup.update(&held);
+    reseed_if_wanted(shared);
+    let start = round.outcome?;
+    let token = match &target.fence {
+        None => None,
+        Some(_) => Some(settle_token(shared, target, &held, start, &round.values).await?),
+    };
+    cleanup.disarm();
+    shared.counters.count(Event::Acquired);
+    held.granted = true;
+    Ok(Grant {
+        valid_until: start + target.ttl.duration() - target.drift,
+        held,
+        token,
+    })
+}
+
+/// Whether `target`'s lock looks held, from one `PTTL` on one node picked
+/// at random, bounded by the node timeout: `Some` with the remaining TTL
+/// (`None` inside for a key without expiry) when held there, `None` when
+/// free there or unknown (an error, a timeout). One node's view can be
+/// wrong either way; it only decides whether a waiter sends a full attempt
+/// now or waits for the next release.
+pub(crate) async fn probe(shared: &Shared, target: &Target) -> Option<Option<Duration>> {
+    let nodes = &shared.nodes;
+    let node = nodes.get(rand::random_range(0..nodes.len()))?;
+    let reply = tokio::time::timeout(
+        shared.config.node_timeout,
+        node.run_command(&pttl(&target.key), &Settled::NEVER, None),
+    )
+    .await;
+    match reply {
+        Ok(Ok(value)) => parse_held(&value),
+        _ => None,
+    }
+}

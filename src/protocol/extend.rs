@@ -1,0 +1,54 @@
+//! Extend: compare-and-pexpire on a majority of all N nodes, with validity
+//! recomputed from this extend's own start. Never deletes anything on
+//! failure: an extend that falls short leaves the lock to expire on its old
+//! schedule.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use crate::failure::{NodeFailure, Phase, QuorumFailure};
+use crate::protocol::round::round;
+use crate::protocol::shared::{Held, Shared, Target};
+use crate::wire::commands::parse_extend;
+use crate::wire::scripts::EXTEND;
+
+/// A successful extend: the new deadline and expiry, and the nodes that
+/// did not extend (as far as heard).
+pub(crate) struct Extended {
+    pub(crate) valid_until: Instant,
+    pub(crate) expires_at: Instant,
+    pub(crate) failures: Vec<NodeFailure>,
+}
+
+/// Resets `held`'s TTL to `target`'s on a majority of all N nodes.
+///
+/// `hear_all`: wait (within the round's deadline) for every node's answer
+/// after the decision, so that a node reporting another owner is seen even
+/// when a majority extended first (the watchdog; a caller's own extend
+/// returns at the decision).
+pub(crate) async fn extend(
+    shared: &Shared,
+    target: &Target,
+    held: &Held,
+    hear_all: bool,
+) -> Result<Extended, QuorumFailure> {
+    let ttl_arg: Arc<str> = target.ttl.millis().to_string().into();
+    let vote = shared.vote(false);
+    let round = round(shared, Phase::Extend, target, hear_all, |node, settled| {
+        let (key, value, ttl_arg) = (held.key.clone(), held.value.clone(), ttl_arg.clone());
+        async move {
+            let args: [&[u8]; 2] = [value.as_bytes(), ttl_arg.as_bytes()];
+            parse_extend(
+                node.run_script(&EXTEND, &[&key], &args, &settled, false, vote)
+                    .await?,
+            )
+        }
+    })
+    .await;
+    let start = round.outcome?;
+    Ok(Extended {
+        valid_until: start + target.ttl.duration() - target.drift,
+        expires_at: start + target.ttl.duration(),
+        failures: round.failures,
+    })
+}

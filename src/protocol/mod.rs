@@ -1,0 +1,16 @@
+//! The protocol operations, one file each, as functions over the client's
+//! [`Shared`](shared::Shared) state: an acquire attempt, the token's settle
+//! and write-back, extend, release, and the restart guard's re-seed. Each
+//! is one or two quorum rounds over the fan-out; the layers above
+//! (requests, guards, the watchdog) decide when to run them.
+//!
+//! Files here import downward only: `attempt` uses `settle`, `release` and
+//! `reseed`; all use `round` and `shared`.
+
+pub(crate) mod attempt;
+pub(crate) mod extend;
+pub(crate) mod release;
+pub(crate) mod reseed;
+pub(crate) mod round;
+pub(crate) mod settle;
+pub(crate) mod shared;

@@ -1,0 +1,152 @@
+//! Release: compare-and-delete on every node the lock may have reached,
+//! returning at the majority; the rest finishes in the background. Also
+//! the release of a failed attempt, and of a guard dropped without one.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use tracing::Instrument;
+
+use crate::failure::{NodeErrorKind, NodeFailure};
+use crate::fanout::FanOut;
+use crate::node::Settled;
+use crate::protocol::shared::{Held, Shared};
+use crate::wire::commands::parse_flag;
+use crate::wire::scripts::RELEASE;
+
+/// What a successful release reports.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct Released {
+    /// Nodes that deleted our key.
+    pub confirmed: usize,
+    /// N, the number of configured nodes.
+    pub nodes: usize,
+    /// Nodes that answered without deleting (key already expired or never
+    /// set there) or failed, in node order.
+    pub failures: Vec<NodeFailure>,
+    /// Nodes not yet answered when a majority had confirmed (or the node
+    /// timeout ran out). Their release is still sent (it is queued behind
+    /// our acquire on the same connection) and finishes in the background.
+    pub pending: usize,
+}
+
+/// Compare-and-delete on the nodes the lock may have reached. Returns once
+/// the outcome is certain (a majority confirmed, so the lock is free for
+/// others, or a majority can no longer confirm) or after one node timeout;
+/// the rest finish in the background.
+pub(crate) async fn release(shared: &Shared, held: &Held) -> Released {
+    // If this future is dropped before the fan-out is handed off, resend
+    // the release in the background (compare-and-delete is idempotent).
+    let mut cleanup = ReleaseOnDrop::new(shared, held);
+    let mut fan = send_release(shared, held);
+    let wait = Instant::now() + shared.config.node_timeout;
+    fan.decide(release_confirmed, wait).await;
+    let released = Released {
+        confirmed: fan.tally().yes(),
+        nodes: fan.tally().nodes(),
+        failures: fan.failures(),
+        pending: fan.pending(),
+    };
+    fan.finish_in_background();
+    cleanup.disarm();
+    released
+}
+
+/// Fire-and-forget release, for paths that cannot await (drop) or should
+/// not (a failed attempt). Without a tokio runtime it does nothing and the
+/// TTL frees the lock.
+pub(crate) fn release_in_background(shared: &Shared, held: &Held) {
+    if let Ok(handle) = tokio::runtime::Handle::try_current() {
+        let span = tracing::debug_span!("background_release", key = %held.key);
+        // Queued here, not in the task: a release dropped just before the
+        // next acquire of the same resource runs before it.
+        handle.spawn(send_release(shared, held).drain().instrument(span));
+    }
+}
+
+/// Starts the release and queues it on every connection before returning.
+/// Then this client's own next waiter may send its attempt at once: on each
+/// node it runs after our delete, which saves it the notice's trip through
+/// Redis.
+fn send_release(shared: &Shared, held: &Held) -> FanOut<()> {
+    let releasing = held
+        .granted
+        .then(|| shared.waits.releasing(&held.key, held.notice_id()));
+    let mut fan = start_release(shared, held);
+    fan.send_now(release_confirmed);
+    if let Some(releasing) = releasing {
+        releasing.queued();
+    }
+    fan
+}
+
+fn start_release(shared: &Shared, held: &Held) -> FanOut<()> {
+    // The requests live until the keys would have expired anyway (at least
+    // one node timeout): a release that gives up earlier, say queued behind
+    // a paused node's backlog, would leave its key to block others for the
+    // rest of the TTL. Nobody waits on them that long.
+    let deadline = held
+        .expires_at
+        .max(Instant::now() + shared.config.node_timeout);
+    // A failed attempt's cleanup is announced too (to other clients the
+    // lock may now be free: a split vote), marked with this client's tag so
+    // that its own waiters, who know better, ignore it.
+    let notice: Arc<str> = if held.granted {
+        held.notice_id().into()
+    } else {
+        format!("{}{}", shared.waits.tag(), held.notice_id()).into()
+    };
+    // Releases ignore the settled flag and go through to stalled nodes: the
+    // acquire they follow may be queued there.
+    FanOut::start(&shared.nodes, held.sent, deadline, |node, _settled| {
+        let (key, value) = (held.key.clone(), held.value.clone());
+        let notice = notice.clone();
+        async move {
+            let args: [&[u8]; 2] = [value.as_bytes(), notice.as_bytes()];
+            parse_flag(
+                node.run_script(&RELEASE, &[&key], &args, &Settled::NEVER, true, None)
+                    .await?,
+            )
+        }
+    })
+}
+
+/// A release's answer that counts: the node deleted our key.
+fn release_confirmed(r: &Result<(), NodeErrorKind>) -> bool {
+    matches!(r, Ok(()))
+}
+
+/// Sends a release everywhere when dropped while armed: an attempt that
+/// failed, or whose future was dropped mid-flight, leaves nothing behind.
+pub(crate) struct ReleaseOnDrop<'a> {
+    shared: &'a Shared,
+    held: Held,
+    armed: bool,
+}
+
+impl<'a> ReleaseOnDrop<'a> {
+    pub(crate) fn new(shared: &'a Shared, held: &Held) -> Self {
+        Self {
+            shared,
+            held: held.clone(),
+            armed: true,
+        }
+    }
+
+    pub(crate) fn update(&mut self, held: &Held) {
+        self.held = held.clone();
+    }
+
+    pub(crate) fn disarm(&mut self) {
+        self.armed = false;
+    }
+}
+
+impl Drop for ReleaseOnDrop<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            release_in_background(self.shared, &self.held);
+        }
+    }
+}

@@ -1,0 +1,198 @@
+//! The restart guard's re-seed: a node whose server was young when a fenced
+//! vote reached it (it may have restarted without its data) gets its fences
+//! back from a majority of the other nodes before it votes in fenced
+//! requests again (DESIGN.md, "The restart guard").
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tracing::Instrument;
+
+use crate::failure::NodeErrorKind;
+use crate::fence::clock_seed;
+use crate::node::{Node, Settled, Vote};
+use crate::protocol::shared::Shared;
+use crate::quorum::quorum;
+use crate::resource::fence_key;
+use crate::wire::commands::{mget, parse_fences, parse_scan, scan};
+use crate::wire::scripts::RESEED;
+
+/// Fence keys written per re-seed script call.
+const RESEED_CHUNK: usize = 256;
+
+/// Starts the re-seed of every node whose server a fenced vote found young
+/// and not re-seeded (see `Node::ready`).
+pub(crate) fn reseed_if_wanted(shared: &Arc<Shared>) {
+    for (index, node) in shared.nodes.iter().enumerate() {
+        if !node.take_reseed_wanted() {
+            continue;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            node.reseed_done(None);
+            continue;
+        };
+        // A Weak: the re-seed must not keep a dropped client alive; it ends
+        // within a few node round trips anyway.
+        let weak = Arc::downgrade(shared);
+        let span = tracing::info_span!("reseed", node = %node.addr());
+        runtime.spawn(
+            async move {
+                let Some(shared) = weak.upgrade() else { return };
+                let node = Arc::clone(&shared.nodes[index]);
+                match reseed(&shared, index).await {
+                    Ok((run_id, keys)) => {
+                        tracing::info!(keys, "fences re-seeded from a majority");
+                        node.reseed_done(Some(run_id));
+                    }
+                    Err(reason) => {
+                        tracing::warn!(%reason, "fence re-seed failed; retried on the next vote");
+                        node.reseed_done(None);
+                    }
+                }
+            }
+            .instrument(span),
+        );
+    }
+}
+
+/// Re-seeds node `index`'s fences from a majority of the other nodes: every
+/// fence key any of them holds, raised on `index` to the largest value
+/// among them. Any token handed out was written to a majority; at most
+/// N − quorum nodes can have lost their fences at once (the model), so the
+/// holders of a token that kept their data and any quorum of nodes that
+/// kept theirs intersect. Afterwards the node's fences are at least every
+/// token issued before, as if it had never lost them.
+///
+/// Only nodes that may vote in a fenced request count as sources: a node
+/// itself restarted within the window and not yet re-seeded may have lost
+/// the largest token, and copying from it wrote stale fences (decreasing
+/// tokens, found by the fault suite's 8-minute run). When fewer than a
+/// quorum of the nodes that answered are such sources (more than N − quorum
+/// restarted empty at once, outside the model), the values are raised to
+/// at least the clock seed a lost fence gets anyway, so tokens keep
+/// increasing as long as clocks agree, and the node is not locked out for
+/// good. Returns the re-seeded server's `run_id` and the number of keys.
+async fn reseed(shared: &Shared, index: usize) -> Result<(String, usize), String> {
+    let nodes = &shared.nodes;
+    let target = nodes.get(index).ok_or("no such node")?;
+    let run_id = target.run_id().ok_or("not connected")?;
+    let retention = shared.config.fencing.ok_or("fencing is off")?;
+    let retention_ms = retention.as_millis().max(1).to_string();
+    let pattern = format!(
+        "{}*",
+        glob_escape(&fence_key(&shared.config.key_prefix, ""))
+    );
+    let bound = shared.config.node_timeout.max(Duration::from_secs(1));
+    let mut fences: HashMap<String, u64> = HashMap::new();
+    // Other nodes that answered, and those among them whose fences can be
+    // trusted (not restarted and still unseeded themselves).
+    let (mut answered, mut sources) = (0, 0);
+    let vote = shared.vote(true);
+    for (i, node) in nodes.iter().enumerate() {
+        if i == index {
+            continue;
+        }
+        match read_fences(node, &pattern, bound, vote).await {
+            Ok(read) => {
+                answered += 1;
+                sources += 1;
+                for (key, value) in read {
+                    let max = fences.entry(key).or_default();
+                    *max = (*max).max(value);
+                }
+            }
+            Err(NodeErrorKind::Restarted { .. } | NodeErrorKind::Reseeding) => answered += 1,
+            Err(_) => {}
+        }
+    }
+    let quorum = quorum(nodes.len());
+    if nodes.len() > 1 && answered < quorum {
+        return Err(format!(
+            "only {answered} other nodes answered, a majority is needed"
+        ));
+    }
+    let keys: Vec<(String, u64)> = if sources >= quorum || nodes.len() == 1 {
+        fences.into_iter().collect()
+    } else {
+        let floor = clock_seed();
+        tracing::warn!(
+            sources,
+            answered,
+            "fewer than a majority of nodes kept their fences: re-seeding with the clock as a floor"
+        );
+        fences.into_iter().map(|(k, v)| (k, v.max(floor))).collect()
+    };
+    for chunk in keys.chunks(RESEED_CHUNK) {
+        let names: Vec<&str> = chunk.iter().map(|(k, _)| k.as_str()).collect();
+        let values: Vec<String> = chunk.iter().map(|(_, v)| v.to_string()).collect();
+        let mut args: Vec<&[u8]> = values.iter().map(|v| v.as_bytes()).collect();
+        args.push(retention_ms.as_bytes());
+        let call = target.run_script(&RESEED, &names, &args, &Settled::NEVER, true, None);
+        match tokio::time::timeout(bound, call).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => return Err(format!("writing fences: {e}")),
+            Err(_) => return Err("writing fences timed out".into()),
+        }
+    }
+    // The server must still be the one we re-seeded.
+    if target.run_id().as_deref() != Some(run_id.as_str()) {
+        return Err("the server changed during the re-seed".into());
+    }
+    Ok((run_id, keys.len()))
+}
+
+/// Every fence key matching `pattern` on `node` with its value (`SCAN` and
+/// `MGET`), each call bounded by `bound`.
+async fn read_fences(
+    node: &Node,
+    pattern: &str,
+    bound: Duration,
+    vote: Option<Vote>,
+) -> Result<Vec<(String, u64)>, NodeErrorKind> {
+    let mut out = Vec::new();
+    let mut cursor = String::from("0");
+    loop {
+        let reply = tokio::time::timeout(
+            bound,
+            node.run_command(&scan(&cursor, pattern), &Settled::NEVER, vote),
+        )
+        .await
+        .map_err(|_| NodeErrorKind::Timeout(bound))??;
+        let (next, keys) = parse_scan(reply)?;
+        if !keys.is_empty() {
+            let reply =
+                tokio::time::timeout(bound, node.run_command(&mget(&keys), &Settled::NEVER, vote))
+                    .await
+                    .map_err(|_| NodeErrorKind::Timeout(bound))??;
+            out.extend(parse_fences(keys, reply));
+        }
+        if next == "0" {
+            return Ok(out);
+        }
+        cursor = next;
+    }
+}
+
+/// Escapes the glob characters of a key prefix for `SCAN MATCH`.
+fn glob_escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scan_patterns_escape_the_prefix() {
+        assert_eq!(glob_escape("redfence:fence:"), "redfence:fence:");
+        assert_eq!(glob_escape("a*b?[c]\\"), "a\\*b\\?\\[c\\]\\\\");
+    }
+}

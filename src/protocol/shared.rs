@@ -1,0 +1,150 @@
+//! The state every operation works over, shared by a client's clones, its
+//! guards (by `Arc`) and its watchdogs (by `Weak`): the nodes, the validated
+//! settings, the client's id and counters, and the waiting queues. Also the
+//! values that travel between operations: a validated request ([`Target`]),
+//! a lock as extend and release need it ([`Held`]), and a grant.
+
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::config::Config;
+use crate::error::Error;
+use crate::fanout::NodeSet;
+use crate::fence::FencingToken;
+use crate::node::{Node, Vote};
+use crate::notify::Waits;
+use crate::resource::{fence_key, lock_key, validate};
+use crate::stats::Counters;
+use crate::validity::{Ttl, TtlProblem};
+
+pub(crate) struct Shared {
+    pub(crate) nodes: Vec<Arc<Node>>,
+    pub(crate) config: Config,
+    /// Identifies this client in lock values (`{id}:{secret}`), so keys seen
+    /// in Redis can be traced back to a process.
+    pub(crate) id: uuid::Uuid,
+    pub(crate) counters: Counters,
+    /// The longest TTL requested so far, in ms: the restart guard's
+    /// default window.
+    longest_ttl_ms: AtomicU64,
+    /// Waiting by notification: queues and subscription connections.
+    pub(crate) waits: Waits,
+}
+
+impl fmt::Debug for Shared {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Client")
+            .field("id", &self.id)
+            .field("nodes", &self.nodes)
+            .field("config", &self.config)
+            .finish()
+    }
+}
+
+/// A validated lock request.
+#[derive(Clone)]
+pub(crate) struct Target {
+    pub(crate) resource: Arc<str>,
+    pub(crate) key: Arc<str>,
+    pub(crate) ttl: Ttl,
+    pub(crate) drift: Duration,
+    /// The fence key and its retention (≥ TTL) in ms, when fencing is on.
+    pub(crate) fence: Option<(Arc<str>, Arc<str>)>,
+}
+
+/// What a lock needs to be extended or released: its key, its secret value,
+/// the nodes the acquire may have reached, and when the keys expire.
+#[derive(Debug, Clone)]
+pub(crate) struct Held {
+    pub(crate) key: Arc<str>,
+    pub(crate) value: Arc<str>,
+    /// Public id of this acquisition, published with its release (the value
+    /// is secret: it authorises release).
+    pub(crate) notice: u64,
+    /// Whether the lock was granted (a guard's release) or this is the
+    /// cleanup of a failed attempt.
+    pub(crate) granted: bool,
+    pub(crate) sent: NodeSet,
+    pub(crate) expires_at: Instant,
+}
+
+impl Held {
+    /// The public id of this acquisition, published with its release.
+    pub(crate) fn notice_id(&self) -> String {
+        format!("{:016x}", self.notice)
+    }
+}
+
+/// A lock grant from one attempt, before it becomes a guard.
+pub(crate) struct Grant {
+    pub(crate) held: Held,
+    pub(crate) valid_until: Instant,
+    pub(crate) token: Option<FencingToken>,
+}
+
+impl Shared {
+    pub(crate) fn new(nodes: Vec<Arc<Node>>, config: Config) -> Arc<Self> {
+        let id = uuid::Uuid::new_v4();
+        let waits = Waits::new(&id, config.max_local_handoffs);
+        Arc::new(Self {
+            nodes,
+            config,
+            id,
+            counters: Counters::default(),
+            longest_ttl_ms: AtomicU64::new(0),
+            waits,
+        })
+    }
+
+    /// Validates a resource name and TTL into a [`Target`].
+    pub(crate) fn target(&self, resource: &str, ttl: Duration) -> Result<Target, Error> {
+        validate(resource).map_err(Error::InvalidResource)?;
+        let checked = Ttl::new(ttl).map_err(|problem| Error::InvalidTtl {
+            ttl,
+            reason: match problem {
+                TtlProblem::TooShort => "must be at least 1 ms",
+                TtlProblem::TooLong => "must be at most MAX_TTL (365 days)",
+            },
+        })?;
+        let drift = self.config.drift_factor.drift(checked);
+        self.longest_ttl_ms
+            .fetch_max(checked.millis(), Ordering::Relaxed);
+        // A TTL that drift alone (or drift plus the minimum validity) uses
+        // up can never be granted: say so now instead of failing every
+        // attempt until the deadline.
+        if checked.duration().saturating_sub(drift) <= self.config.min_validity {
+            return Err(Error::InvalidTtl {
+                ttl,
+                reason: "leaves no validity above min_validity once clock drift is deducted",
+            });
+        }
+        let prefix = &self.config.key_prefix;
+        // The fence must outlive every lock on it; the retention is the
+        // longer of the two.
+        let fence = self.config.fencing.map(|retention| {
+            let keep = retention.max(checked.duration()).as_millis().max(1);
+            (fence_key(prefix, resource), keep.to_string().into())
+        });
+        Ok(Target {
+            resource: resource.into(),
+            key: lock_key(prefix, resource),
+            ttl: checked,
+            drift,
+            fence,
+        })
+    }
+
+    /// What the restart guard asks of a vote now (`None`: guard off).
+    /// `fenced`: the request moves fences (acquire, write-back), so a young
+    /// server's fences must have been re-seeded first.
+    pub(crate) fn vote(&self, fenced: bool) -> Option<Vote> {
+        let longest = Duration::from_millis(self.longest_ttl_ms.load(Ordering::Relaxed));
+        let window = self.config.restart_guard.window(longest)?;
+        Some(Vote {
+            window,
+            fenced: fenced && self.config.fencing.is_some(),
+        })
+    }
+}

@@ -1,0 +1,6 @@
+//! The wire: the only place that knows Redis's byte and reply formats. The
+//! lock's commands and their reply parsers, the Lua scripts (as `.lua`
+//! files) and how they are sent, and the parsers of server metadata.
+
+pub(crate) mod commands;
+pub(crate) mod scripts;
