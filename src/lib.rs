@@ -169,6 +169,11 @@ pub use store::{Fenced, FencedStore, StaleToken, StoreError, DEFAULT_STORE_TIMEO
 pub use validity::{DRIFT_CONSTANT, MAX_TTL};
 pub use watchdog::AutoExtend;
 
+// The README's code blocks, compiled and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
+
 #[cfg(test)]
 mod tests {
     /// The handles are meant to be shared across tasks.
