@@ -183,6 +183,11 @@ pub use retry::Retry;
 pub use stats::Stats;
 pub use store::{Fenced, FencedStore, StaleToken, StoreError};
 
+// The README's code blocks, compiled and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
+
 #[cfg(test)]
 mod tests {
     /// The handles are meant to be shared across tasks.

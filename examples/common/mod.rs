@@ -18,9 +18,12 @@
 #[path = "../../tests/support/server.rs"]
 mod server;
 
+use std::cell::Cell;
+use std::fmt;
 use std::future::Future;
 use std::panic::{self, AssertUnwindSafe};
-use std::process::ExitCode;
+use std::process::{Command, ExitCode, Stdio};
+use std::sync::Once;
 
 use redis::aio::MultiplexedConnection;
 
@@ -118,7 +121,7 @@ impl LockNodes {
             println!("lock nodes (REDFENCE_NODES): {}", urls.join(", "));
             return Ok(Self { urls, _local: None });
         }
-        let cluster = start_local(|| Cluster::start(LOCAL_NODES))?;
+        let cluster = start_local(Role::LockNodes, || Cluster::start(LOCAL_NODES))?;
         FRESH_NODES.store(true, std::sync::atomic::Ordering::Relaxed);
         let urls = cluster.urls();
         println!(
@@ -160,7 +163,9 @@ impl DataStore {
             });
         }
         // Starting a server sleeps while it polls for readiness.
-        let server = tokio::task::spawn_blocking(|| start_local(RedisServer::start)).await??;
+        let server =
+            tokio::task::spawn_blocking(|| start_local(Role::DataStore, RedisServer::start))
+                .await??;
         let url = server.url();
         println!(
             "data store: 1 more local redis-server at {url} (set REDFENCE_DATA to use your own)"
@@ -202,14 +207,128 @@ fn env_urls(var: &str) -> Result<Option<Vec<String>>, BoxError> {
     Ok(Some(urls))
 }
 
-/// The harness panics with a precise message (printed by the panic hook)
-/// when `redis-server` is missing or will not start; this turns that into
-/// an error that also names the way around it.
-fn start_local<T>(start: impl FnOnce() -> T) -> Result<T, BoxError> {
-    panic::catch_unwind(AssertUnwindSafe(start)).map_err(|_| {
-        "could not start a local redis-server (see above): install redis-server, \
-         or point REDFENCE_NODES / REDFENCE_DATA at running servers \
-         (docker compose up -d starts five lock nodes)"
-            .into()
+/// The lock nodes of `docker-compose.yml`, as `REDFENCE_NODES` lists them.
+const COMPOSE_NODES: &str = "redis://127.0.0.1:7001,redis://127.0.0.1:7002,\
+                             redis://127.0.0.1:7003,redis://127.0.0.1:7004,redis://127.0.0.1:7005";
+
+/// What a local server is for, to name the way around a missing one.
+#[derive(Clone, Copy)]
+enum Role {
+    LockNodes,
+    DataStore,
+}
+
+impl Role {
+    /// The way around a missing local server, as an "or ..." clause.
+    fn alternative(self) -> String {
+        match self {
+            Role::LockNodes => format!(
+                "or use Docker (docker compose up -d, then set REDFENCE_NODES={COMPOSE_NODES})"
+            ),
+            Role::DataStore => "or set REDFENCE_DATA=redis://HOST:PORT to a Redis that is not \
+                                a lock node"
+                .to_owned(),
+        }
+    }
+}
+
+/// Starts local servers with the test harness, which reports a missing
+/// `redis-server` or a failed start by panicking (a test must fail, never
+/// skip). An example is not a test: this checks for the binary first, and
+/// turns any panic of the harness into an error, with the panic hook silenced
+/// for it so that no panic message or backtrace reaches the terminal.
+fn start_local<T>(role: Role, start: impl FnOnce() -> T) -> Result<T, BoxError> {
+    let bin = std::env::var("REDIS_SERVER_BIN").unwrap_or_else(|_| "redis-server".to_owned());
+    let found = Command::new(&bin)
+        .arg("--version")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|status| status.success());
+    if !found {
+        let what = if bin == "redis-server" {
+            "redis-server not found on PATH".to_owned()
+        } else {
+            format!("REDIS_SERVER_BIN={bin:?} does not run")
+        };
+        return Err(format!(
+            "{what}; install it (Debian/Ubuntu: sudo apt-get install redis-server, \
+             macOS: brew install redis) {}",
+            role.alternative()
+        )
+        .into());
+    }
+    silence_panics_on_this_thread(true);
+    let started = panic::catch_unwind(AssertUnwindSafe(start));
+    silence_panics_on_this_thread(false);
+    started.map_err(|payload| {
+        let detail = payload
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| payload.downcast_ref::<&str>().copied())
+            .unwrap_or("no detail");
+        // The harness's message can carry the server's log: its first line
+        // here, the rest as the cause.
+        let (first, rest) = detail.split_once('\n').unwrap_or((detail, ""));
+        StartFailed {
+            summary: format!(
+                "could not start a local redis-server ({first}); check the installation \
+                 {}",
+                role.alternative()
+            ),
+            detail: Detail(rest.trim().to_owned()),
+        }
+        .into()
     })
+}
+
+/// A failed start: one line, with the rest of the harness's message (the
+/// server's log, if any) as its source.
+#[derive(Debug)]
+struct StartFailed {
+    summary: String,
+    detail: Detail,
+}
+
+#[derive(Debug)]
+struct Detail(String);
+
+impl fmt::Display for StartFailed {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.summary)
+    }
+}
+
+impl std::error::Error for StartFailed {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        (!self.detail.0.is_empty()).then_some(&self.detail as _)
+    }
+}
+
+impl fmt::Display for Detail {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Detail {}
+
+thread_local! {
+    static SILENT: Cell<bool> = const { Cell::new(false) };
+}
+
+/// While on, panics on this thread print nothing (they are caught and
+/// reported as errors); panics elsewhere still reach the previous hook.
+fn silence_panics_on_this_thread(on: bool) {
+    static HOOK: Once = Once::new();
+    HOOK.call_once(|| {
+        let previous = panic::take_hook();
+        panic::set_hook(Box::new(move |info| {
+            if !SILENT.with(Cell::get) {
+                previous(info);
+            }
+        }));
+    });
+    SILENT.with(|silent| silent.set(on));
 }
