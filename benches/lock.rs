@@ -121,19 +121,9 @@ const RESUME_WAIT: Duration = Duration::from_millis(500);
 const FAULT_NODE: usize = 4;
 const CONCURRENCY: [usize; 2] = [1, 32];
 
-/// Byte for byte the `RELEASE` script of src/scripts.rs; setup checks that
-/// its SHA1 is already cached on nodes the crate has used.
-const RELEASE_LUA: &str = r#"
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  redis.call('DEL', KEYS[1])
-  local waiting = redis.call('PUBSUB', 'NUMSUB', KEYS[1])[2]
-  if waiting > 0 then
-    redis.call('PUBLISH', KEYS[1], ARGV[2] .. ':' .. waiting)
-  end
-  return 1
-end
-return 0
-"#;
+/// The crate's own `RELEASE` script (the same file, so the same SHA1): setup
+/// checks that it is already cached on nodes the crate has used.
+const RELEASE_LUA: &str = include_str!("../src/wire/lua/release.lua");
 
 /// Commands only ever run from inside the Lua scripts in this bench.
 const LUA_ONLY: [&str; 6] = ["get", "del", "pttl", "pexpire", "publish", "pubsub|numsub"];
@@ -1188,7 +1178,7 @@ impl Bench {
             assert_eq!(
                 node.cli(&["SCRIPT", "EXISTS", &sha]),
                 "1",
-                "the floor's release script differs from src/scripts.rs RELEASE"
+                "the floor's release script differs from src/wire/lua/release.lua"
             );
         }
         // The library turns the driver's response timeout off and bounds
