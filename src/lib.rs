@@ -108,7 +108,8 @@
 //! - `node`: one connection per node, identity checks, per-call deadlines.
 //! - `audit`: [`Audit`], a read-only check of each node against Redlock's
 //!   assumptions (reachable master, distinct server, no eviction, persistence,
-//!   version, clock offset), with per-node [`Finding`]s.
+//!   version, clock offset), with per-node [`Finding`]s; its I/O (`observe`)
+//!   apart from its pure rules (`judge`).
 //! - `fanout`: concurrent requests to all nodes with early decision.
 //! - `quorum`, `validity`: the pure arithmetic, tested exhaustively.
 //! - `fence`: [`FencingToken`] and the token merge (pure; model-checked).
@@ -117,6 +118,9 @@
 //! - `history` (feature `history`, on by default): the fault suite's event log and its checker.
 //! - `stats`: [`Stats`], the client's counters.
 //! - `scripts`: the Lua scripts and EVALSHA with NOSCRIPT fallback.
+//! - `wire`: parsers of the server's replies about itself (`INFO`, `ROLE`,
+//!   `CONFIG GET`, `TIME`, versions, refused credentials), shared by the
+//!   connect handshake and the audit.
 //! - `resource`: names, keys and lock values.
 //! - `error`: [`Error`] and the per-node detail.
 
@@ -144,6 +148,7 @@ mod stats;
 mod store;
 mod validity;
 mod watchdog;
+mod wire;
 
 #[cfg(feature = "postgres")]
 pub mod postgres;
