@@ -25,6 +25,7 @@ use redis::{AsyncConnectionConfig, Cmd, ErrorKind, Pipeline, RedisError, ServerE
 
 use crate::failure::NodeErrorKind;
 use crate::restart;
+use crate::wire::info;
 use crate::wire::scripts::Script;
 
 /// Set when a fan-out has decided (see `fanout`): a request that only then
@@ -657,11 +658,7 @@ impl Node {
 }
 
 fn classify(e: RedisError) -> NodeErrorKind {
-    let auth = matches!(
-        e.kind(),
-        ErrorKind::AuthenticationFailed | ErrorKind::Server(ServerErrorKind::NoPerm)
-    ) || matches!(e.code(), Some("NOAUTH" | "WRONGPASS"));
-    if auth {
+    if info::is_auth_error(&e) {
         NodeErrorKind::Auth(Arc::new(e))
     } else if e.is_io_error() || e.is_connection_refusal() || e.is_connection_dropped() {
         NodeErrorKind::Connect(Arc::new(e))
@@ -706,38 +703,24 @@ async fn handshake(
         role_cmd.query_async::<Value>(&mut c2),
     )
     .await;
-    let (info, role) = (info.map_err(classify)?, role.map_err(classify)?);
-    let role = match role {
-        Value::Array(items) => match items.first() {
-            Some(Value::BulkString(b)) => String::from_utf8_lossy(b).into_owned(),
-            Some(Value::SimpleString(s)) => s.clone(),
-            _ => String::from("unknown"),
-        },
-        _ => String::from("unknown"),
-    };
+    let (server, role) = (info.map_err(classify)?, role.map_err(classify)?);
+    // The audit reads ROLE with the same parser, so what it reports is what
+    // this check decides.
+    let role = info::parse_role(&role).map_or_else(|| String::from("unknown"), |r| r.name);
     if role != "master" {
         return Err(NodeErrorKind::NotMaster { role });
     }
-    let identity = parse_info(&info);
-    Ok((conn, identity))
-}
-
-/// Picks `run_id`, `redis_version` and `uptime_in_seconds` out of `INFO server`.
-fn parse_info(info: &str) -> Identity {
     let field = |name: &str| {
-        info.lines()
-            .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
-            .map(|v| v.trim().to_owned())
+        info::info_field(&server, name)
+            .unwrap_or_default()
+            .to_owned()
     };
-    Identity {
-        run_id: field("run_id").unwrap_or_default(),
-        version: field("redis_version").unwrap_or_default(),
-        uptime: Duration::from_secs(
-            field("uptime_in_seconds")
-                .and_then(|s| s.parse().ok())
-                .unwrap_or(0),
-        ),
-    }
+    let identity = Identity {
+        run_id: field("run_id"),
+        version: field("redis_version"),
+        uptime: info::uptime(&server).unwrap_or_default(),
+    };
+    Ok((conn, identity))
 }
 
 /// What [`Node::run_request`] sends.
@@ -749,16 +732,6 @@ enum Request<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn info_parsing() {
-        let info = "# Server\r\nredis_version:7.0.15\r\nrun_id:abc123\r\nuptime_in_seconds:42\r\n";
-        let id = parse_info(info);
-        assert_eq!(id.run_id, "abc123");
-        assert_eq!(id.version, "7.0.15");
-        assert_eq!(id.uptime, Duration::from_secs(42));
-        assert_eq!(parse_info("").run_id, "");
-    }
 
     #[test]
     fn registry_first_claim_wins() {

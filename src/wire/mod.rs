@@ -3,4 +3,5 @@
 //! files) and how they are sent, and the parsers of server metadata.
 
 pub(crate) mod commands;
+pub(crate) mod info;
 pub(crate) mod scripts;
