@@ -1,6 +1,10 @@
 //! One Redis master: its connection, its identity checks, and every command
 //! sent to it, each bounded by a deadline.
 //!
+//! One concept, one file (about 750 lines): the connection state machine,
+//! the identity checks and the stalled-node logic all guard the same
+//! `Inner` under one mutex.
+//!
 //! Each node keeps **one** multiplexed connection, shared by every task of the
 //! client and reused across calls: concurrent commands are pipelined on it,
 //! so there is no pool and no connection per command. The connection is our

@@ -1,6 +1,11 @@
 //! Waiting by notification: a blocking acquire that finds the lock taken
 //! sleeps until the holder's release is announced, instead of polling.
 //!
+//! One file for one concept, hence its length (about 850 lines): the
+//! per-resource queues, the notice bookkeeping and the subscription tasks
+//! share one state and one set of invariants (who is head, which notices
+//! count), and split apart they would each need the other's internals.
+//!
 //! - The release script `PUBLISH`es on the lock key's name (a channel, not a
 //!   key) on every node where it deleted the key, with a per-acquisition
 //!   notice id as payload; the up to N copies of one release are counted

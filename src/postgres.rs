@@ -1,6 +1,9 @@
 //! Fenced writes to PostgreSQL (feature `postgres`, on `tokio-postgres`):
 //! the storage-side check that makes a fencing token worth having.
 //!
+//! One concept (the PostgreSQL store, about 640 lines, half of it the
+//! table-and-trigger setup and its tests), so one file.
+//!
 //! A lock lease can end while its holder still works: a GC pause, a slow
 //! payment provider, or a transaction that commits after the lock was
 //! released. The next holder gets a larger [`FencingToken`]; storage that

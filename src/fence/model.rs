@@ -4,6 +4,9 @@
 //! [`next_fence`] from the parent module, [`quorum`] and [`Tally`] from
 //! `quorum.rs`.
 //!
+//! Test-only and one concept: the model, its exploration and its negative
+//! controls belong together, hence the length.
+//!
 //! # What is modelled
 //!
 //! * **Nodes** hold the lock key (free, or held by one attempt) and the
