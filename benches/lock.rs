@@ -87,6 +87,8 @@
 //! reported. Fence keys (`redfence:fence:*`) stay by design (24 h
 //! retention) and are not counted as left behind.
 
+#[path = "../tests/support/process.rs"]
+mod process;
 #[path = "../tests/support/server.rs"]
 mod server;
 

@@ -32,6 +32,8 @@
 //! every row (an overlap exits 1). `REDFENCE_BENCH_SECS` sets the window
 //! (default 3 s).
 
+#[path = "../tests/support/process.rs"]
+mod process;
 #[path = "../tests/support/server.rs"]
 mod server;
 

@@ -50,6 +50,8 @@
 //! the table of every nemesis), `rig` (one run), `report` (rows, verdicts,
 //! the checks the history checker cannot make itself).
 
+#[path = "../tests/support/process.rs"]
+mod process;
 #[path = "../tests/support/proxy.rs"]
 mod proxy;
 #[path = "../tests/support/server.rs"]

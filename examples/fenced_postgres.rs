@@ -30,6 +30,9 @@
 mod common;
 #[path = "../tests/support/postgres.rs"]
 mod pg_server;
+// `postgres.rs` needs `process.rs` beside it: the copy `common` includes
+// (one per binary, shared with `common`'s redis servers).
+use common::process;
 
 use std::panic::{self, AssertUnwindSafe};
 use std::process::ExitCode;

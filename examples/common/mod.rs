@@ -15,6 +15,10 @@
 // Each example uses a different subset.
 #![allow(dead_code)]
 
+// `pub`, for an example that includes `postgres.rs` as well: both need
+// this one `process` module.
+#[path = "../../tests/support/process.rs"]
+pub mod process;
 #[path = "../../tests/support/server.rs"]
 mod server;
 

@@ -9,7 +9,9 @@ use std::time::{Duration, Instant};
 use redfence::Client;
 use tokio::time::timeout;
 
-use crate::helpers::{eventually, ms, new_client, pttl, secs, warm_up, LOCK_KEYS};
+use crate::helpers::{
+    client_with_timeout, eventually, ms, new_client, pttl, secs, warm_up, LOCK_KEYS,
+};
 use crate::support::Cluster;
 
 const TTL: Duration = Duration::from_secs(30);
@@ -78,10 +80,7 @@ async fn assert_free(cluster: &Cluster, client: &Client, resource: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dropped_acquires_leave_no_lock() {
     let cluster = Cluster::start(3);
-    let client = crate::helpers::builder(cluster.urls())
-        .node_timeout(ms(300))
-        .build()
-        .unwrap();
+    let client = client_with_timeout(cluster.urls(), ms(300));
     warm_up(&client, &cluster).await;
     let outcomes = chaos(&client, "chaos", 200).await;
     assert!(outcomes.cut_off > 0, "{outcomes:?}");
@@ -139,10 +138,7 @@ async fn dropped_with_lock_releases() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dropped_acquires_with_a_frozen_node_leave_no_lock() {
     let mut cluster = Cluster::start(3);
-    let client = crate::helpers::builder(cluster.urls())
-        .node_timeout(ms(300))
-        .build()
-        .unwrap();
+    let client = client_with_timeout(cluster.urls(), ms(300));
     warm_up(&client, &cluster).await;
     cluster.node(1).pause();
     let outcomes = chaos(&client, "frozen-chaos", 60).await;

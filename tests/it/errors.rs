@@ -332,10 +332,7 @@ fn patient(client: &Client, resource: &str) -> redfence::LockRequest {
 async fn same_server_twice_cannot_reach_a_quorum_of_two() {
     let server = RedisServer::start();
     let alias = format!("redis://localhost:{}", server.port());
-    let client = crate::helpers::builder([server.url(), alias])
-        .node_timeout(secs(1))
-        .build()
-        .unwrap();
+    let client = crate::helpers::client_with_timeout([server.url(), alias], secs(1));
     let started = Instant::now();
     let err = patient(&client, "twice").acquire().await.unwrap_err();
     let q = assert_gave_up_at_once(&err, started);

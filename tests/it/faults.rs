@@ -4,19 +4,14 @@
 //! frozen node executes later leaves a lock behind.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use redfence::{Client, Error, FailureReason, NodeErrorKind, Phase, Retry};
+use redfence::{Error, FailureReason, NodeErrorKind, Phase, Retry};
 
-use crate::helpers::{eventually, lock_key, ms, pttl, report, secs, warm_up, LOCK_KEYS};
+use crate::helpers::{
+    client_with_timeout, eventually, lock_key, ms, pttl, report, secs, warm_up, LOCK_KEYS,
+};
 use crate::support::Cluster;
-
-fn client_with_timeout(cluster: &Cluster, node_timeout: Duration) -> Client {
-    crate::helpers::builder(cluster.urls())
-        .node_timeout(node_timeout)
-        .build()
-        .unwrap()
-}
 
 fn is_connect_failure(kind: &NodeErrorKind) -> bool {
     match kind {
@@ -29,7 +24,7 @@ fn is_connect_failure(kind: &NodeErrorKind) -> bool {
 #[tokio::test]
 async fn one_of_three_killed_still_locks() {
     let mut cluster = Cluster::start(3);
-    let client = client_with_timeout(&cluster, ms(300));
+    let client = client_with_timeout(cluster.urls(), ms(300));
     warm_up(&client, &cluster).await;
     cluster.node(1).kill();
     for round in 0..5 {
@@ -69,7 +64,7 @@ async fn two_of_three_killed_is_unavailable() {
         format!("127.0.0.1:{}", cluster.nodes[0].port()),
         format!("127.0.0.1:{}", cluster.nodes[2].port()),
     ];
-    let client = client_with_timeout(&cluster, ms(300));
+    let client = client_with_timeout(cluster.urls(), ms(300));
     warm_up(&client, &cluster).await;
     cluster.node(0).kill();
     cluster.node(2).kill();
@@ -121,7 +116,7 @@ async fn majority_down_before_first_use() {
     let mut cluster = Cluster::start(3);
     cluster.node(0).kill();
     cluster.node(1).kill();
-    let client = client_with_timeout(&cluster, ms(300));
+    let client = client_with_timeout(cluster.urls(), ms(300));
     let started = Instant::now();
     let err = client
         .lock("never-up", secs(10))
@@ -158,7 +153,7 @@ async fn frozen_minority(n: usize, frozen: &[usize]) {
     // Far above what the test allows an operation to take: if any of them
     // waited for a frozen node, the assertions below would catch it.
     let node_timeout = secs(5);
-    let client = client_with_timeout(&cluster, node_timeout);
+    let client = client_with_timeout(cluster.urls(), node_timeout);
     warm_up(&client, &cluster).await;
     for &i in frozen {
         cluster.node(i).pause();
@@ -234,7 +229,7 @@ async fn frozen_before_first_use() {
     let mut cluster = Cluster::start(3);
     cluster.node(0).pause();
     let node_timeout = ms(300);
-    let client = client_with_timeout(&cluster, node_timeout);
+    let client = client_with_timeout(cluster.urls(), node_timeout);
     let started = Instant::now();
     let guard = client.acquire("cold-frozen", secs(30)).await.unwrap();
     assert!(started.elapsed() < node_timeout + secs(2));
@@ -255,7 +250,7 @@ async fn frozen_before_first_use() {
 async fn frozen_node_times_out_when_its_vote_is_needed() {
     let mut cluster = Cluster::start(3);
     let node_timeout = ms(400);
-    let client = client_with_timeout(&cluster, node_timeout);
+    let client = client_with_timeout(cluster.urls(), node_timeout);
     warm_up(&client, &cluster).await;
     let key = lock_key("needed");
     cluster.nodes[1].cli(&["SET", &key, "other", "PX", "30000"]);
@@ -300,7 +295,7 @@ async fn frozen_node_times_out_when_its_vote_is_needed() {
 #[tokio::test]
 async fn restarted_node_is_reconnected_and_scripts_reloaded() {
     let mut cluster = Cluster::start(3);
-    let client = client_with_timeout(&cluster, ms(300));
+    let client = client_with_timeout(cluster.urls(), ms(300));
     warm_up(&client, &cluster).await;
     let key = lock_key("restart");
 
@@ -358,7 +353,7 @@ fn evals(node: &crate::support::RedisServer) -> u64 {
 #[tokio::test]
 async fn flushed_script_cache_falls_back_to_eval() {
     let cluster = Cluster::start(3);
-    let client = client_with_timeout(&cluster, ms(300));
+    let client = client_with_timeout(cluster.urls(), ms(300));
     warm_up(&client, &cluster).await;
     for round in 0..2 {
         for node in &cluster.nodes {
@@ -385,7 +380,7 @@ async fn flushed_script_cache_falls_back_to_eval() {
 #[tokio::test]
 async fn eval_fallback_recaches_each_script_once() {
     let cluster = Cluster::start(1);
-    let client = client_with_timeout(&cluster, ms(300));
+    let client = client_with_timeout(cluster.urls(), ms(300));
     let node = &cluster.nodes[0];
     let round = || async {
         let guard = client.acquire("recache", secs(10)).await.unwrap();
@@ -452,7 +447,7 @@ async fn node_down_at_start_joins_when_it_returns() {
 #[tokio::test]
 async fn stalled_nodes_are_skipped_until_a_probe_answers() {
     let mut cluster = Cluster::start(3);
-    let client = client_with_timeout(&cluster, ms(300));
+    let client = client_with_timeout(cluster.urls(), ms(300));
     warm_up(&client, &cluster).await;
     cluster.node(1).pause();
     cluster.node(2).pause();
@@ -512,7 +507,7 @@ async fn stalled_nodes_are_skipped_until_a_probe_answers() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn long_pause_under_load_leaves_no_keys() {
     let mut cluster = Cluster::start(5);
-    let client = client_with_timeout(&cluster, ms(100));
+    let client = client_with_timeout(cluster.urls(), ms(100));
     warm_up(&client, &cluster).await;
     cluster.node(4).pause();
     let cycles = Arc::new(std::sync::atomic::AtomicUsize::new(0));

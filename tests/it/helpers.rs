@@ -93,14 +93,23 @@ where
     builder(urls).build()
 }
 
+/// A client for the nodes at `urls` (see [`builder`]) whose node timeout
+/// is `node_timeout`: the one setting the fault, lifecycle and waiting tests
+/// tune (small, so a dead or frozen node costs little; large enough for a
+/// loaded machine's round trips).
+pub fn client_with_timeout<I, S>(urls: I, node_timeout: Duration) -> redfence::Client
+where
+    I: IntoIterator<Item = S>,
+    S: Into<String>,
+{
+    builder(urls).node_timeout(node_timeout).build().unwrap()
+}
+
 /// A client with a node timeout (1 s) far above any local round trip, for
 /// tests whose outcome must not depend on a loaded machine answering within
 /// the default 100 ms. Tests of timeouts set their own.
 pub fn new_client(cluster: &crate::support::Cluster) -> redfence::Client {
-    builder(cluster.urls())
-        .node_timeout(secs(1))
-        .build()
-        .unwrap()
+    client_with_timeout(cluster.urls(), secs(1))
 }
 
 /// A client whose connections to every node are already open, so the next

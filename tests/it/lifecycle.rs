@@ -1,24 +1,20 @@
 //! The lease lifecycle: auto-extension (the watchdog), the lost-lock signal,
 //! the hold bound, and that releasing stops everything first. Timing claims
 //! are lower bounds or generous upper bounds; ordering is asserted exactly.
+//! Node timeouts (100-200 ms) are small enough that a watchdog fits several
+//! tries into a sub-second TTL, large enough for a loaded machine's round
+//! trips.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use redfence::{AutoExtend, Client, Error, FailureReason, LossReason, NodeErrorKind, Retry};
+use redfence::{AutoExtend, Error, FailureReason, LossReason, NodeErrorKind, Retry};
 
-use crate::helpers::{eventually, lock_key, ms, report, secs, warm_up, LOCK_KEYS};
+use crate::helpers::{
+    client_with_timeout, eventually, lock_key, ms, report, secs, warm_up, LOCK_KEYS,
+};
 use crate::support::{Cluster, RedisServer};
-
-/// A node timeout small enough that a watchdog fits several tries into a
-/// sub-second TTL, large enough for a loaded machine's round trips.
-fn client(cluster: &Cluster, node_timeout: Duration) -> Client {
-    crate::helpers::builder(cluster.urls())
-        .node_timeout(node_timeout)
-        .build()
-        .unwrap()
-}
 
 /// Calls of one command on a node, from `INFO commandstats` (0 when never
 /// called).
@@ -44,8 +40,8 @@ impl Drop for DropFlag {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn auto_extension_holds_for_ten_ttls_while_others_fail() {
     let cluster = Cluster::start(3);
-    let holder = client(&cluster, ms(150));
-    let other = client(&cluster, ms(150));
+    let holder = client_with_timeout(cluster.urls(), ms(150));
+    let other = client_with_timeout(cluster.urls(), ms(150));
     warm_up(&holder, &cluster).await;
     let ttl = ms(800);
     let guard = holder
@@ -93,7 +89,7 @@ async fn auto_extension_holds_for_ten_ttls_while_others_fail() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pausing_a_majority_fires_the_lost_signal_before_validity_ends() {
     let mut cluster = Cluster::start(3);
-    let client = client(&cluster, ms(200));
+    let client = client_with_timeout(cluster.urls(), ms(200));
     warm_up(&client, &cluster).await;
     let cancelled = Arc::new(AtomicBool::new(false));
     let (tx, rx) = tokio::sync::oneshot::channel();
@@ -170,7 +166,7 @@ async fn pausing_a_majority_fires_the_lost_signal_before_validity_ends() {
 #[tokio::test]
 async fn keys_deleted_on_a_majority_are_reported_not_held() {
     let cluster = Cluster::start(3);
-    let client = client(&cluster, ms(200));
+    let client = client_with_timeout(cluster.urls(), ms(200));
     warm_up(&client, &cluster).await;
     let guard = client
         .lock("stolen", secs(3))
@@ -220,7 +216,7 @@ async fn keys_deleted_on_a_majority_are_reported_not_held() {
 #[tokio::test]
 async fn another_owner_on_one_node_is_a_takeover() {
     let cluster = Cluster::start(3);
-    let client = client(&cluster, ms(200));
+    let client = client_with_timeout(cluster.urls(), ms(200));
     warm_up(&client, &cluster).await;
     let guard = client
         .lock("shared", secs(3))
@@ -244,7 +240,7 @@ async fn another_owner_on_one_node_is_a_takeover() {
 #[tokio::test]
 async fn the_hold_bound_ends_the_lease() {
     let cluster = Cluster::start(3);
-    let holder = client(&cluster, ms(150));
+    let holder = client_with_timeout(cluster.urls(), ms(150));
     warm_up(&holder, &cluster).await;
     let granted = Instant::now();
     let guard = holder
@@ -261,7 +257,7 @@ async fn the_hold_bound_ends_the_lease() {
     assert!(held <= ms(2000) + ms(500), "{held:?}");
     // The keys expire a drift allowance after the validity: another
     // client gets the lock then, without any release.
-    let other = client(&cluster, ms(150));
+    let other = client_with_timeout(cluster.urls(), ms(150));
     let next = other
         .lock("bounded", secs(1))
         .retry(Retry::new().with_max_wait(secs(5)))
@@ -292,7 +288,7 @@ async fn the_hold_bound_ends_the_lease() {
 #[tokio::test]
 async fn without_auto_extension_lost_resolves_when_validity_ends() {
     let cluster = Cluster::start(1);
-    let client = client(&cluster, ms(200));
+    let client = client_with_timeout(cluster.urls(), ms(200));
     let guard = client.acquire("plain", ms(400)).await.unwrap();
     assert!(!guard.is_auto_extended());
     let lease = guard.lease();
@@ -319,7 +315,7 @@ async fn without_auto_extension_lost_resolves_when_validity_ends() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn release_and_drop_stop_the_watchdog_and_leak_no_task() {
     let cluster = Cluster::start(3);
-    let client = client(&cluster, ms(100));
+    let client = client_with_timeout(cluster.urls(), ms(100));
     warm_up(&client, &cluster).await;
     let metrics = tokio::runtime::Handle::current().metrics();
     // Let background work of the warm-up finish.
@@ -369,7 +365,7 @@ async fn release_and_drop_stop_the_watchdog_and_leak_no_task() {
 #[tokio::test]
 async fn invalid_auto_extension_is_refused_before_acquiring() {
     let cluster = Cluster::start(1);
-    let client = client(&cluster, ms(100));
+    let client = client_with_timeout(cluster.urls(), ms(100));
     for (auto, reason) in [
         (
             AutoExtend::new().with_interval(Duration::ZERO),

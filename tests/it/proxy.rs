@@ -20,7 +20,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::time::timeout;
 
-use crate::helpers::{eventually, ms, secs, warm_up, LOCK_KEYS};
+use crate::helpers::{client_with_timeout, eventually, ms, secs, warm_up, LOCK_KEYS};
 use crate::support::proxy::{Fault, FaultProxy};
 use crate::support::{Cluster, RedisServer};
 
@@ -373,11 +373,10 @@ async fn redlock_survives_a_blackholed_minority() {
     let cluster = Cluster::start(3);
     let proxy = proxy_to(&cluster.nodes[2]);
     proxy.set(Fault::Blackhole);
-    let client =
-        crate::helpers::builder([cluster.nodes[0].url(), cluster.nodes[1].url(), proxy.url()])
-            .node_timeout(ms(100))
-            .build()
-            .unwrap();
+    let client = client_with_timeout(
+        [cluster.nodes[0].url(), cluster.nodes[1].url(), proxy.url()],
+        ms(100),
+    );
 
     for round in 0..3 {
         let guard = client
@@ -425,11 +424,10 @@ async fn redlock_blackholed_majority_is_unavailable_until_healed() {
     for proxy in &proxies {
         proxy.set(Fault::Blackhole);
     }
-    let client =
-        crate::helpers::builder([cluster.nodes[0].url(), proxies[0].url(), proxies[1].url()])
-            .node_timeout(ms(100))
-            .build()
-            .unwrap();
+    let client = client_with_timeout(
+        [cluster.nodes[0].url(), proxies[0].url(), proxies[1].url()],
+        ms(100),
+    );
 
     let err = client
         .try_acquire("partitioned-majority", secs(10))
@@ -460,11 +458,10 @@ async fn redlock_blackholed_majority_is_unavailable_until_healed() {
 async fn redlock_recovers_from_a_stalled_majority_on_open_connections() {
     let cluster = Cluster::start(3);
     let proxies = [proxy_to(&cluster.nodes[1]), proxy_to(&cluster.nodes[2])];
-    let client =
-        crate::helpers::builder([cluster.nodes[0].url(), proxies[0].url(), proxies[1].url()])
-            .node_timeout(ms(100))
-            .build()
-            .unwrap();
+    let client = client_with_timeout(
+        [cluster.nodes[0].url(), proxies[0].url(), proxies[1].url()],
+        ms(100),
+    );
     warm_up(&client, &cluster).await;
 
     for proxy in &proxies {

@@ -9,15 +9,10 @@ use std::time::{Duration, Instant};
 
 use redfence::{Client, Retry};
 
-use crate::helpers::{eventually, lock_key, ms, secs, warm_up, LOCK_KEYS};
+use crate::helpers::{
+    client_with_timeout, eventually, lock_key, ms, new_client, secs, warm_up, LOCK_KEYS,
+};
 use crate::support::{Cluster, RedisServer};
-
-fn client(cluster: &Cluster) -> Client {
-    crate::helpers::builder(cluster.urls())
-        .node_timeout(secs(1))
-        .build()
-        .unwrap()
-}
 
 /// Subscription (pub/sub) connections open on a node.
 fn pubsub_connections(node: &RedisServer) -> usize {
@@ -39,7 +34,7 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hundred_waiters_take_turns_on_five_nodes() {
     let cluster = Cluster::start(5);
-    let client = client(&cluster);
+    let client = new_client(&cluster);
     warm_up(&client, &cluster).await;
     let first = client.acquire("sale", secs(10)).await.unwrap();
     let before = client.stats();
@@ -158,7 +153,7 @@ async fn hundred_waiters_take_turns_on_five_nodes() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn waiters_return_by_their_deadline() {
     let cluster = Cluster::start(3);
-    let client = client(&cluster);
+    let client = new_client(&cluster);
     warm_up(&client, &cluster).await;
     let holder = client.acquire("busy", secs(30)).await.unwrap();
     let mut tasks = Vec::new();
@@ -196,7 +191,7 @@ async fn waiters_return_by_their_deadline() {
 #[tokio::test]
 async fn a_lost_notice_falls_back_to_the_retry_delay() {
     let cluster = Cluster::start(1);
-    let client = client(&cluster);
+    let client = new_client(&cluster);
     let holder = client.acquire("silent", secs(30)).await.unwrap();
     let waiter = tokio::spawn({
         let client = client.clone();
@@ -242,7 +237,7 @@ async fn a_lost_notice_falls_back_to_the_retry_delay() {
 #[tokio::test]
 async fn a_crashed_holder_is_followed_at_its_ttl() {
     let cluster = Cluster::start(3);
-    let client = client(&cluster);
+    let client = new_client(&cluster);
     warm_up(&client, &cluster).await;
     let crashed = crate::helpers::builder(cluster.urls()).build().unwrap();
     let holder = crashed.acquire("crash", ms(1500)).await.unwrap();
@@ -272,10 +267,7 @@ async fn a_crashed_holder_is_followed_at_its_ttl() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_paused_node_does_not_lose_the_release() {
     let mut cluster = Cluster::start(3);
-    let client = crate::helpers::builder(cluster.urls())
-        .node_timeout(ms(300))
-        .build()
-        .unwrap();
+    let client = client_with_timeout(cluster.urls(), ms(300));
     warm_up(&client, &cluster).await;
     let holder = client.acquire("p", secs(30)).await.unwrap();
     let waiter = tokio::spawn({
@@ -321,7 +313,7 @@ async fn a_paused_node_does_not_lose_the_release() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cancelled_head_hands_its_place_on() {
     let cluster = Cluster::start(1);
-    let client = client(&cluster);
+    let client = new_client(&cluster);
     let holder = client.acquire("q", secs(30)).await.unwrap();
     let patient = Retry::new()
         .with_max_wait(secs(60))

@@ -8,8 +8,9 @@
 //! the `postgres` user, no fsync. `Drop` stops it and removes the directory,
 //! also when a test panics.
 //!
-//! Pure `std` and never names `crate` or `super`, like `server.rs`, so an
-//! example can include it with `#[path = "../tests/support/postgres.rs"]`.
+//! Pure `std` and, like `server.rs`, names no module but its sibling
+//! `process` (`process.rs`), so an example can include the two side by side
+//! with `#[path = "../tests/support/..."]`.
 //!
 //! `initdb` and `postgres` refuse to run as root. When this process is root
 //! (containers, CI), they run as the `postgres` system user (created by the
@@ -20,35 +21,24 @@
 // Each includer uses a different subset.
 #![allow(dead_code)]
 
-use std::fs::{self, File};
+use std::fs;
 use std::io::{self, Read, Write};
-use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::net::{Ipv4Addr, SocketAddr, TcpStream};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError, Weak};
-use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use super::process::{self, Launch, Process, ReservedPort, TempDir, PROBE_TIMEOUT};
 
 /// `initdb` takes about a second; a loaded CI machine may take several.
 const INITDB_TIMEOUT: Duration = Duration::from_secs(60);
 /// A fresh cluster has nothing to recover, but a busy machine is slow to
 /// start a few processes; a broken one fails the test instead of hanging.
 const READY_TIMEOUT: Duration = Duration::from_secs(30);
-/// Short, because the port may briefly belong to a foreign listener (the
-/// free-port race) that never answers the PostgreSQL protocol.
-const PROBE_TIMEOUT: Duration = Duration::from_millis(500);
-const PROBE_INTERVAL: Duration = Duration::from_millis(20);
 /// Immediate shutdown is a few milliseconds; past this, SIGKILL.
 const STOP_TIMEOUT: Duration = Duration::from_secs(5);
-/// The free-port race is rare; ten losses in a row means something else is
-/// wrong.
-const MAX_PORT_ATTEMPTS: usize = 10;
-
-/// Distinguishes servers started by one process; tests run on parallel
-/// threads, so the pid alone is not unique.
-static NEXT_ID: AtomicU64 = AtomicU64::new(0);
 
 /// Where `initdb` and `postgres` are: `$POSTGRES_BIN_DIR`, else the first
 /// `PATH` directory holding both, else the newest
@@ -172,47 +162,36 @@ fn id(args: &[&str]) -> Option<String> {
 /// removed on drop.
 #[derive(Debug)]
 pub struct PgServer {
-    port: u16,
+    // Fields drop in order (after `Drop::drop` has stopped the server): the
+    // process before its directory.
+    process: Process,
     /// Owned by the server's user: holds `data/`, the Unix socket and logs.
-    dir: PathBuf,
+    dir: TempDir,
+    /// `None` until the first launch.
+    port: Option<ReservedPort>,
     bin_dir: PathBuf,
     run_as: RunAs,
-    child: Option<Child>,
-}
-
-/// Why a launch did not produce a ready server, when that is recoverable.
-enum Launch {
-    Ready,
-    /// Someone else took the port; any other failure panics at once.
-    PortBusy,
 }
 
 impl PgServer {
     /// A server of its own.
     pub fn start() -> PgServer {
-        let bin_dir = pg_bin_dir();
-        let run_as = run_as();
-        let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
-        let dir = std::env::temp_dir().join(format!("redfence-pg-{}-{id}", std::process::id()));
-        // Only a leak from an earlier process with the same pid can be here.
-        let _ = fs::remove_dir_all(&dir);
         // Built before anything is created, so that a panic from here on
         // still removes the directory (and stops the server) through `Drop`.
         let mut server = PgServer {
-            port: 0,
-            dir,
-            bin_dir,
-            run_as,
-            child: None,
+            process: Process::default(),
+            dir: TempDir::new("pg"),
+            port: None,
+            bin_dir: pg_bin_dir(),
+            run_as: run_as(),
         };
         server.init();
-        for _ in 0..MAX_PORT_ATTEMPTS {
-            server.port = free_port();
-            if let Launch::Ready = server.launch() {
-                return server;
-            }
-        }
-        panic!("postgres: lost the free-port race {MAX_PORT_ATTEMPTS} times in a row");
+        // A lost race keeps the cluster and tries the next port.
+        process::on_free_port("postgres", |port| {
+            server.port = Some(port);
+            (server.launch() == Launch::Ready).then_some(())
+        });
+        server
     }
 
     /// One server for every caller in this process while any of them holds
@@ -234,13 +213,13 @@ impl PgServer {
     }
 
     pub fn port(&self) -> u16 {
-        self.port
+        self.port.as_ref().map_or(0, ReservedPort::get)
     }
 
     /// A connection URL for `tokio_postgres::connect` (user `postgres`,
     /// database `postgres`, no password: trust authentication).
     pub fn url(&self) -> String {
-        format!("postgresql://postgres@127.0.0.1:{}/postgres", self.port)
+        format!("postgresql://postgres@127.0.0.1:{}/postgres", self.port())
     }
 
     /// The server's log so far, for failure messages.
@@ -248,7 +227,7 @@ impl PgServer {
         let mut out = String::new();
         for name in ["initdb.log", "postgres.log"] {
             let path = self.dir.join(name);
-            let text = fs::read_to_string(&path).unwrap_or_default();
+            let text = process::read_from(&path, 0);
             out.push_str(&format!("--- {} ---\n{text}\n", path.display()));
         }
         out
@@ -271,7 +250,7 @@ impl PgServer {
         };
         // The server user may not be allowed into the caller's directory,
         // and initdb and postgres both want a readable working directory.
-        cmd.current_dir(&self.dir).stdin(Stdio::null());
+        cmd.current_dir(self.dir.path());
         cmd
     }
 
@@ -279,138 +258,73 @@ impl PgServer {
         self.dir.join("data")
     }
 
-    fn log_file(&self, name: &str) -> (File, File) {
-        let path = self.dir.join(name);
-        let out =
-            File::create(&path).unwrap_or_else(|e| panic!("creating {}: {e}", path.display()));
-        let err = out
-            .try_clone()
-            .unwrap_or_else(|e| panic!("cloning {}: {e}", path.display()));
-        (out, err)
-    }
-
     /// Creates the directory for the server's user and runs `initdb` into
     /// it, bounded.
     fn init(&mut self) {
-        fs::create_dir(&self.dir)
-            .unwrap_or_else(|e| panic!("creating {}: {e}", self.dir.display()));
+        let dir = self.dir.path();
+        fs::create_dir(dir).unwrap_or_else(|e| panic!("creating {}: {e}", dir.display()));
         if let RunAs::User { uid, gid } = self.run_as {
-            std::os::unix::fs::chown(&self.dir, Some(uid), Some(gid))
-                .unwrap_or_else(|e| panic!("chown {}: {e}", self.dir.display()));
+            std::os::unix::fs::chown(dir, Some(uid), Some(gid))
+                .unwrap_or_else(|e| panic!("chown {}: {e}", dir.display()));
         }
-        let (out, err) = self.log_file("initdb.log");
-        let mut child = self
-            .command("initdb")
-            .arg("-D")
+        let mut cmd = self.command("initdb");
+        cmd.arg("-D")
             .arg(self.data_dir())
             .args(["-U", "postgres", "--auth=trust", "--no-sync"])
             // Independent of the host's locales, which minimal containers
             // lack.
-            .args(["--encoding=UTF8", "--locale=C"])
-            .stdout(out)
-            .stderr(err)
-            .spawn()
-            .unwrap_or_else(|e| panic!("spawning {}: {e}", self.bin_dir.join("initdb").display()));
-        let deadline = Instant::now() + INITDB_TIMEOUT;
-        loop {
-            match child.try_wait() {
-                Ok(Some(status)) if status.success() => return,
-                Ok(Some(status)) => panic!("initdb failed ({status})\n{}", self.logs()),
-                Ok(None) if Instant::now() < deadline => thread::sleep(PROBE_INTERVAL),
-                Ok(None) | Err(_) => {
-                    let _ = child.kill();
-                    let _ = child.wait();
-                    panic!(
-                        "initdb did not finish within {INITDB_TIMEOUT:?}\n{}",
-                        self.logs()
-                    );
-                }
+            .args(["--encoding=UTF8", "--locale=C"]);
+        let mut child = process::spawn_logged(&mut cmd, &self.dir.join("initdb.log"));
+        match process::wait_timeout(&mut child, INITDB_TIMEOUT) {
+            Some(status) if status.success() => {}
+            Some(status) => panic!("initdb failed ({status})\n{}", self.logs()),
+            None => {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!(
+                    "initdb did not finish within {INITDB_TIMEOUT:?}\n{}",
+                    self.logs()
+                );
             }
         }
     }
 
     fn launch(&mut self) -> Launch {
-        let (out, err) = self.log_file("postgres.log");
-        let child = self
-            .command("postgres")
-            .arg("-D")
+        let port = self.port();
+        let mut cmd = self.command("postgres");
+        cmd.arg("-D")
             .arg(self.data_dir())
-            .args(["-p", &self.port.to_string()])
+            .args(["-p", &port.to_string()])
             .args(["-h", "127.0.0.1"])
             // The socket goes into the private directory: the default
             // (/var/run/postgresql) may not exist or not be writable.
             .arg("-k")
-            .arg(&self.dir)
+            .arg(self.dir.path())
             // Throwaway data: durability only costs time.
             .args(["-c", "fsync=off"])
             .args(["-c", "synchronous_commit=off"])
             .args(["-c", "full_page_writes=off"])
             // Several servers may run at once; the defaults assume one.
             .args(["-c", "shared_buffers=16MB"])
-            .args(["-c", "logging_collector=off"])
-            .stdout(out)
-            .stderr(err)
-            .spawn()
-            .unwrap_or_else(|e| {
-                panic!("spawning {}: {e}", self.bin_dir.join("postgres").display())
-            });
-        self.child = Some(child);
-        let deadline = Instant::now() + READY_TIMEOUT;
-        loop {
-            let exited = self
-                .child
-                .as_mut()
-                .and_then(|c| c.try_wait().ok().flatten());
-            if let Some(status) = exited {
-                self.child = None;
-                let logs = self.logs();
-                if logs.contains("Address already in use") {
-                    return Launch::PortBusy;
-                }
-                panic!(
-                    "postgres on port {} exited during startup ({status})\n{logs}",
-                    self.port
-                );
-            }
-            if probe(self.port) {
-                return Launch::Ready;
-            }
-            // `Drop` stops the child once this unwinds.
-            assert!(
-                Instant::now() < deadline,
-                "postgres on port {} not ready after {READY_TIMEOUT:?}\n{}",
-                self.port,
-                self.logs()
-            );
-            thread::sleep(PROBE_INTERVAL);
-        }
-    }
-
-    /// SIGQUIT is PostgreSQL's immediate shutdown: the postmaster stops its
-    /// backends and exits without a checkpoint, which throwaway data does
-    /// not need. SIGKILL first would leave the backends running until they
-    /// notice their parent is gone. Idempotent.
-    fn stop(&mut self) {
-        let Some(mut child) = self.child.take() else {
-            return;
-        };
-        let _ = send_signal(child.id(), "QUIT");
-        let deadline = Instant::now() + STOP_TIMEOUT;
-        while Instant::now() < deadline {
-            if !matches!(child.try_wait(), Ok(None)) {
-                return;
-            }
-            thread::sleep(Duration::from_millis(10));
-        }
-        let _ = child.kill();
-        let _ = child.wait();
+            .args(["-c", "logging_collector=off"]);
+        let log = self.dir.join("postgres.log");
+        self.process.spawn(&mut cmd, &log);
+        self.process.wait_ready(
+            &format!("postgres on port {port}"),
+            READY_TIMEOUT,
+            || probe(port),
+            || self.logs(),
+        )
     }
 }
 
 impl Drop for PgServer {
+    /// SIGQUIT is PostgreSQL's immediate shutdown: the postmaster stops its
+    /// backends and exits without a checkpoint, which throwaway data does
+    /// not need. SIGKILL first would leave the backends running until they
+    /// notice their parent is gone.
     fn drop(&mut self) {
-        self.stop();
-        let _ = fs::remove_dir_all(&self.dir);
+        self.process.stop("QUIT", STOP_TIMEOUT);
     }
 }
 
@@ -460,31 +374,4 @@ fn try_probe(port: u16) -> io::Result<bool> {
         }
     }
     Ok(false)
-}
-
-/// Binds port 0 so the kernel picks a free port, then releases it for
-/// postgres; the gap is the race `start` retries on.
-fn free_port() -> u16 {
-    let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
-        .unwrap_or_else(|e| panic!("binding 127.0.0.1:0 to find a free port: {e}"));
-    listener
-        .local_addr()
-        .unwrap_or_else(|e| panic!("reading the bound port: {e}"))
-        .port()
-}
-
-fn send_signal(pid: u32, sig: &str) -> io::Result<()> {
-    let status = Command::new("kill")
-        .args([format!("-{sig}"), pid.to_string()])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()?;
-    if status.success() {
-        Ok(())
-    } else {
-        Err(io::Error::other(format!(
-            "`kill -{sig} {pid}` exited with {status}"
-        )))
-    }
 }

@@ -4,29 +4,36 @@
 //! back, so the tests need real servers they can SIGKILL, SIGSTOP and restart
 //! on the same port; a mock cannot lose its data or freeze mid-reply.
 //!
-//! This file is pure `std` and never names `crate` or `super`, so examples and
-//! benches can include it with `#[path = "../tests/support/server.rs"] mod server;`.
-//! Signals go through the `kill` command rather than `libc` to keep the
-//! dev-dependency list empty.
+//! This file is pure `std` and names no module but its sibling `process`
+//! (`process.rs`: free ports, spawning, signals, cleanup; shared with
+//! `postgres.rs`), so examples and benches can include the two side by side:
 //!
-//! Every process is owned by a [`RedisServer`] whose `Drop` kills it, and
-//! `Drop` runs during unwinding, so a failing test still cleans up. A test
-//! binary that aborts (or is `SIGKILLed`) can still leak servers: catching that
-//! needs `prctl(PR_SET_PDEATHSIG)`, which is not reachable from `std`.
+//! ```ignore
+//! #[path = "../tests/support/process.rs"]
+//! mod process;
+//! #[path = "../tests/support/server.rs"]
+//! mod server;
+//! ```
+//!
+//! One `process` per binary, not one per file that needs it, so that Redis
+//! and PostgreSQL servers of one test binary share its port reservations.
+//!
+//! Every process is owned by a [`RedisServer`] whose `Drop` kills it, also
+//! when a test panics (see `process.rs` for what still leaks).
 
 // Each includer (test binary, example, bench) uses a different subset.
 #![allow(dead_code)]
 
-use std::collections::HashSet;
-use std::fs::{self, File};
-use std::io::{self, BufRead, BufReader, Read, Write};
-use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, MutexGuard, OnceLock, PoisonError};
+use std::fs;
+use std::io::{self, BufRead, BufReader, Write};
+use std::net::{Ipv4Addr, SocketAddr, TcpStream};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
 use std::thread;
 use std::time::{Duration, Instant};
+
+use super::process::{self, Launch, Process, ReservedPort, TempDir, PROBE_TIMEOUT};
 
 /// Long enough for a loaded CI machine to replay a small AOF, short enough
 /// that a broken server fails the test instead of hanging it.
@@ -34,34 +41,9 @@ const READY_TIMEOUT: Duration = Duration::from_secs(10);
 /// Bounds every `cli` round trip so a paused or wedged server fails the
 /// test rather than hanging it.
 const CLI_TIMEOUT: Duration = Duration::from_secs(5);
-/// Readiness probes use a short timeout because the port may briefly belong
-/// to a foreign listener (the free-port race) that never answers RESP.
-const PROBE_TIMEOUT: Duration = Duration::from_millis(500);
-const PROBE_INTERVAL: Duration = Duration::from_millis(20);
-/// The free-port race is rare; ten losses in a row means something else is wrong.
-const MAX_PORT_ATTEMPTS: usize = 10;
 /// A restarted server must come back on its old port (clients hold that
 /// address), so wait out a briefly busy port instead of choosing another.
 const RESTART_PORT_WAIT: Duration = Duration::from_secs(3);
-
-/// Distinguishes servers started by one test process; the pid alone is not
-/// unique because tests in one binary run on parallel threads.
-static NEXT_ID: AtomicU64 = AtomicU64::new(0);
-
-/// Ports owned by live servers in this process, so a free-port pick for one
-/// test never lands on the port another test's killed server will be
-/// restarted on. Collisions with other processes are still possible and are
-/// handled by retrying.
-static RESERVED_PORTS: Mutex<Option<HashSet<u16>>> = Mutex::new(None);
-
-fn reserved_ports() -> MutexGuard<'static, Option<HashSet<u16>>> {
-    // A panic while holding this lock leaves the set consistent (it only
-    // ever holds insert/remove), so poisoning is safe to ignore; that also
-    // keeps `Drop` panic-free.
-    RESERVED_PORTS
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-}
 
 /// The `redis-server` binary to run.
 ///
@@ -115,27 +97,17 @@ pub struct ServerOptions {
 }
 
 /// One `redis-server` child process on 127.0.0.1, killed and its data
-/// directory removed on drop.
-///
-/// The child sits behind a `Mutex` so that `is_running(&self)` can reap it
-/// (`Child::try_wait` needs `&mut`) while the server stays `Sync` for tests
-/// that share it across threads.
+/// directory removed on drop. `Sync`, for tests that share it across
+/// threads.
 #[derive(Debug)]
 pub struct RedisServer {
-    port: u16,
-    dir: PathBuf,
+    // Fields drop in order: the process dies (resumed first if paused)
+    // before its directory is removed and its port is released.
+    process: Process,
+    dir: TempDir,
+    port: ReservedPort,
     opts: ServerOptions,
     bin: String,
-    child: Mutex<Option<Child>>,
-    paused: bool,
-}
-
-/// Why a launch did not produce a ready server, when that is recoverable.
-enum Launch {
-    Ready,
-    /// Someone else holds the port; any other failure panics immediately,
-    /// because retrying a bad config ten times only hides the message.
-    PortBusy,
 }
 
 impl RedisServer {
@@ -148,54 +120,40 @@ impl RedisServer {
     /// racy, so a lost race is retried on a fresh port.
     pub fn start_with(opts: ServerOptions) -> RedisServer {
         let bin = redis_server_bin();
-        for _ in 0..MAX_PORT_ATTEMPTS {
-            let port = free_port();
+        process::on_free_port("redis-server", |port| {
             // Built before spawning so that a panic during startup still
-            // kills the child and removes the directory through `Drop`.
+            // kills the child and removes the directory through `Drop`; on
+            // `PortBusy`, dropping it releases its port and directory.
             let mut server = RedisServer {
+                process: Process::default(),
+                dir: TempDir::new("redis"),
                 port,
-                dir: unique_dir(port),
                 opts: opts.clone(),
                 bin: bin.clone(),
-                child: Mutex::new(None),
-                paused: false,
             };
-            // On `PortBusy`, dropping `server` releases its port and directory.
-            if let Launch::Ready = server.launch() {
-                return server;
-            }
-        }
-        panic!("redis-server: lost the free-port race {MAX_PORT_ATTEMPTS} times in a row");
+            (server.launch() == Launch::Ready).then_some(server)
+        })
     }
 
     pub fn port(&self) -> u16 {
-        self.port
+        self.port.get()
     }
 
     /// Without credentials on purpose: auth tests need to build both the
     /// right and the wrong URL themselves.
     pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
+        format!("redis://127.0.0.1:{}", self.port())
     }
 
     /// `Some` while the process exists, including while it is paused.
     pub fn pid(&self) -> Option<u32> {
-        let mut child = self.lock_child();
-        let c = child.as_mut()?;
-        matches!(c.try_wait(), Ok(None)).then(|| c.id())
+        self.process.pid()
     }
 
     /// SIGKILL, not SIGTERM: a crash must not get the chance to flush or
     /// rewrite its AOF. Idempotent so cleanup paths can call it freely.
     pub fn kill(&mut self) {
-        let child = self.child.get_mut().unwrap_or_else(PoisonError::into_inner);
-        if let Some(mut c) = child.take() {
-            // SIGKILL also ends a stopped process; waiting reaps it so the
-            // port is free before `restart` rebinds it.
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-        self.paused = false;
+        self.process.kill();
     }
 
     /// SIGSTOP models a GC pause or a frozen VM: connections stay open and
@@ -203,29 +161,15 @@ impl RedisServer {
     /// process is actually stopped (on Linux), so the next command a test
     /// sends cannot sneak in before the freeze.
     pub fn pause(&mut self) {
-        let pid = self.pid().unwrap_or_else(|| {
-            panic!(
-                "redis {}: pause() on a server that is not running",
-                self.port
-            )
-        });
-        send_signal(pid, "STOP")
-            .unwrap_or_else(|e| panic!("redis {}: sending SIGSTOP failed: {e}", self.port));
-        self.paused = true;
-        wait_for_proc_state(pid, true);
+        let what = format!("redis {}", self.port());
+        self.process.pause(&what);
     }
 
     /// A no-op on a server that is not running, so cleanup paths need not
     /// track which nodes they killed.
     pub fn resume(&mut self) {
-        let Some(pid) = self.pid() else {
-            self.paused = false;
-            return;
-        };
-        send_signal(pid, "CONT")
-            .unwrap_or_else(|e| panic!("redis {}: sending SIGCONT failed: {e}", self.port));
-        self.paused = false;
-        wait_for_proc_state(pid, false);
+        let what = format!("redis {}", self.port());
+        self.process.resume(&what);
     }
 
     /// Same port, options and data directory, so clients reconnect to the
@@ -241,7 +185,7 @@ impl RedisServer {
                 Launch::PortBusy if Instant::now() < deadline => thread::sleep(Duration::from_millis(100)),
                 Launch::PortBusy => panic!(
                     "redis {}: port still in use {RESTART_PORT_WAIT:?} after kill; cannot restart\n{}",
-                    self.port,
+                    self.port(),
                     self.logs(0)
                 ),
             }
@@ -250,7 +194,22 @@ impl RedisServer {
 
     /// True while the process exists, paused or not.
     pub fn is_running(&self) -> bool {
-        self.pid().is_some()
+        self.process.is_running()
+    }
+
+    /// Keys matching `pattern`; see [`Cluster::count_keys`] for the
+    /// special values.
+    pub fn count_keys(&self, pattern: &str) -> usize {
+        if !self.is_running() {
+            return 0;
+        }
+        if self.process.is_paused() {
+            return usize::MAX;
+        }
+        match self.query(&["KEYS", pattern], CLI_TIMEOUT) {
+            Ok(Reply::Array(Some(keys))) => keys.len(),
+            _ => usize::MAX,
+        }
     }
 
     /// Runs one command over a fresh RESP connection, independent of both
@@ -261,41 +220,22 @@ impl RedisServer {
     /// Rendering: strings as-is, integers in decimal, nil as `(nil)`, arrays
     /// flattened and joined by `\n`, errors as `(error) ERR ...`. Panics if
     /// the server does not answer within 5 s (e.g. it is paused).
-    /// Keys matching `pattern`; see [`Cluster::count_keys`] for the
-    /// special values.
-    pub fn count_keys(&self, pattern: &str) -> usize {
-        if !self.is_running() {
-            return 0;
-        }
-        if self.paused {
-            return usize::MAX;
-        }
-        match self.query(&["KEYS", pattern], CLI_TIMEOUT) {
-            Ok(Reply::Array(Some(keys))) => keys.len(),
-            _ => usize::MAX,
-        }
-    }
-
     pub fn cli(&self, args: &[&str]) -> String {
         match self.query(args, CLI_TIMEOUT) {
             Ok(reply) => render(&reply),
-            Err(e) => panic!("redis {}: command {args:?} failed: {e}", self.port),
+            Err(e) => panic!("redis {}: command {args:?} failed: {e}", self.port()),
         }
     }
 
     fn query(&self, args: &[&str], timeout: Duration) -> io::Result<Reply> {
-        query(self.port, self.opts.requirepass.as_deref(), args, timeout)
-    }
-
-    fn lock_child(&self) -> MutexGuard<'_, Option<Child>> {
-        self.child.lock().unwrap_or_else(PoisonError::into_inner)
+        query(self.port(), self.opts.requirepass.as_deref(), args, timeout)
     }
 
     fn args(&self) -> Vec<String> {
         let o = &self.opts;
         let mut a: Vec<String> = vec![
             "--port".into(),
-            self.port.to_string(),
+            self.port().to_string(),
             "--bind".into(),
             "127.0.0.1".into(),
             // No RDB snapshots: persistence is exactly what `appendonly`
@@ -305,7 +245,7 @@ impl RedisServer {
             "--appendonly".into(),
             if o.appendonly { "yes" } else { "no" }.into(),
             "--dir".into(),
-            self.dir.display().to_string(),
+            self.dir.path().display().to_string(),
             "--daemonize".into(),
             "no".into(),
             "--protected-mode".into(),
@@ -357,8 +297,8 @@ impl RedisServer {
     /// The log written since byte `from` (the log is appended to across
     /// restarts) plus the child's stdout/stderr, for failure messages.
     fn logs(&self, from: u64) -> String {
-        let log = read_from(&self.log_path(), from);
-        let out = read_from(&self.output_path(), 0);
+        let log = process::read_from(&self.log_path(), from);
+        let out = process::read_from(&self.output_path(), 0);
         format!(
             "--- {} ---\n{log}\n--- {} ---\n{out}",
             self.log_path().display(),
@@ -367,57 +307,19 @@ impl RedisServer {
     }
 
     fn launch(&mut self) -> Launch {
-        fs::create_dir_all(&self.dir)
-            .unwrap_or_else(|e| panic!("creating {}: {e}", self.dir.display()));
+        fs::create_dir_all(self.dir.path())
+            .unwrap_or_else(|e| panic!("creating {}: {e}", self.dir.path().display()));
         let log_start = fs::metadata(self.log_path()).map_or(0, |m| m.len());
-        let out = File::create(self.output_path())
-            .unwrap_or_else(|e| panic!("creating {}: {e}", self.output_path().display()));
-        let err = out
-            .try_clone()
-            .unwrap_or_else(|e| panic!("cloning {}: {e}", self.output_path().display()));
-        let child = Command::new(&self.bin)
-            .args(self.args())
-            .stdin(Stdio::null())
-            .stdout(out)
-            .stderr(err)
-            .spawn()
-            .unwrap_or_else(|e| panic!("spawning {}: {e}", self.bin));
-        *self.child.get_mut().unwrap_or_else(PoisonError::into_inner) = Some(child);
-        self.paused = false;
-
-        let deadline = Instant::now() + READY_TIMEOUT;
-        loop {
-            // Checked before probing: if our child died, whatever answers on
-            // the port is someone else.
-            let exited = self
-                .child
-                .get_mut()
-                .unwrap_or_else(PoisonError::into_inner)
-                .as_mut()
-                .and_then(|c| c.try_wait().ok().flatten());
-            if let Some(status) = exited {
-                *self.child.get_mut().unwrap_or_else(PoisonError::into_inner) = None;
-                let logs = self.logs(log_start);
-                if logs.contains("Address already in use") {
-                    return Launch::PortBusy;
-                }
-                panic!(
-                    "redis-server on port {} exited during startup ({status})\n{logs}",
-                    self.port
-                );
-            }
-            if self.probe() {
-                return Launch::Ready;
-            }
-            // `Drop` kills the child once this unwinds.
-            assert!(
-                Instant::now() < deadline,
-                "redis-server on port {} not ready after {READY_TIMEOUT:?}\n{}",
-                self.port,
-                self.logs(log_start)
-            );
-            thread::sleep(PROBE_INTERVAL);
-        }
+        let mut cmd = Command::new(&self.bin);
+        cmd.args(self.args());
+        let output = self.output_path();
+        self.process.spawn(&mut cmd, &output);
+        self.process.wait_ready(
+            &format!("redis-server on port {}", self.port()),
+            READY_TIMEOUT,
+            || self.probe(),
+            || self.logs(log_start),
+        )
     }
 
     /// Ready means a command would succeed now: `-LOADING` (AOF replay)
@@ -429,21 +331,6 @@ impl RedisServer {
             Ok(Reply::Error(e)) => !e.starts_with("LOADING"),
             Ok(_) => true,
             Err(_) => false,
-        }
-    }
-}
-
-impl Drop for RedisServer {
-    fn drop(&mut self) {
-        if self.paused {
-            if let Some(pid) = self.pid() {
-                let _ = send_signal(pid, "CONT");
-            }
-        }
-        self.kill();
-        let _ = fs::remove_dir_all(&self.dir);
-        if let Some(set) = reserved_ports().as_mut() {
-            set.remove(&self.port);
         }
     }
 }
@@ -487,86 +374,6 @@ impl Cluster {
             .map(|node| node.count_keys(pattern))
             .collect()
     }
-}
-
-/// Binds port 0 so the kernel picks a free port, then releases it for
-/// redis-server; the gap is the race `start_with` retries on.
-fn free_port() -> u16 {
-    loop {
-        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
-            .unwrap_or_else(|e| panic!("binding 127.0.0.1:0 to find a free port: {e}"));
-        let port = listener
-            .local_addr()
-            .unwrap_or_else(|e| panic!("reading the bound port: {e}"))
-            .port();
-        drop(listener);
-        if reserved_ports()
-            .get_or_insert_with(HashSet::new)
-            .insert(port)
-        {
-            return port;
-        }
-    }
-}
-
-fn unique_dir(port: u16) -> PathBuf {
-    let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
-    let dir =
-        std::env::temp_dir().join(format!("redfence-redis-{}-{id}-{port}", std::process::id()));
-    // Only a leak from an earlier process with the same pid can be here.
-    let _ = fs::remove_dir_all(&dir);
-    dir
-}
-
-fn send_signal(pid: u32, sig: &str) -> io::Result<()> {
-    let status = Command::new("kill")
-        .args([format!("-{sig}"), pid.to_string()])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()?;
-    if status.success() {
-        Ok(())
-    } else {
-        Err(io::Error::other(format!(
-            "`kill -{sig} {pid}` exited with {status}"
-        )))
-    }
-}
-
-/// Signals are delivered asynchronously; polls `/proc` until the process
-/// is (or is no longer) stopped. Where `/proc` is missing this returns at
-/// once and the caller gets the usual asynchronous behaviour.
-fn wait_for_proc_state(pid: u32, stopped: bool) {
-    let deadline = Instant::now() + Duration::from_secs(2);
-    while Instant::now() < deadline {
-        let Ok(stat) = fs::read_to_string(format!("/proc/{pid}/stat")) else {
-            return;
-        };
-        // The state follows the parenthesised command name, which may itself
-        // contain spaces or parentheses.
-        let state = stat
-            .rsplit_once(')')
-            .and_then(|(_, rest)| rest.trim_start().chars().next());
-        match state {
-            Some('T' | 't') if stopped => return,
-            Some('T' | 't') => {}
-            Some(_) if !stopped => return,
-            Some(_) => {}
-            None => return,
-        }
-        thread::sleep(Duration::from_millis(1));
-    }
-}
-
-fn read_from(path: &Path, from: u64) -> String {
-    let mut buf = Vec::new();
-    if let Ok(f) = File::open(path) {
-        let mut reader = BufReader::new(f);
-        let _ = io::copy(&mut (&mut reader).take(from), &mut io::sink());
-        let _ = reader.read_to_end(&mut buf);
-    }
-    String::from_utf8_lossy(&buf).into_owned()
 }
 
 /// A parsed reply. RESP3 types are accepted too, because a test may send
