@@ -114,7 +114,6 @@
 //! - `fence`: [`FencingToken`] and the token merge (pure; model-checked).
 //! - `store`: [`FencedStore`] on Redis and the [`StoreError`] of every fenced store.
 //! - `postgres` (feature `postgres`): the PostgreSQL fenced store.
-//! - `history` (feature `history`, on by default): the fault suite's event log and its checker.
 //! - `stats`: [`Stats`], the client's counters.
 //! - `scripts`: the Lua scripts and EVALSHA with NOSCRIPT fallback.
 //! - `resource`: names, keys and lock values.
@@ -147,9 +146,6 @@ mod watchdog;
 
 #[cfg(feature = "postgres")]
 pub mod postgres;
-
-#[cfg(feature = "history")]
-pub mod history;
 
 pub use audit::{Audit, Check, Finding, NodeAudit, Severity};
 pub use client::{Client, Released};

@@ -38,10 +38,10 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::RngExt;
-use redfence::history::{Event, NemesisPhase, Writer};
 
 use crate::children::{signal, PauseTargets};
 use crate::clock::Clock;
+use crate::history::{Event, NemesisPhase, Writer};
 use crate::proxy::{Fault, FaultProxy};
 use crate::server::{Cluster, ServerOptions};
 
