@@ -38,10 +38,10 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::RngExt;
-use redfence::history::{Event, NemesisPhase, Writer};
 
 use crate::children::{signal, PauseTargets};
 use crate::clock::Clock;
+use crate::history::{Event, NemesisPhase, Writer};
 use crate::proxy::{Fault, FaultProxy};
 use crate::server::{Cluster, ServerOptions};
 
@@ -360,7 +360,7 @@ fn connect(port: u16) -> redis::RedisResult<redis::Connection> {
 fn lock_keys(port: u16) -> redis::RedisResult<Vec<String>> {
     let mut conn = connect(port)?;
     redis::cmd("KEYS")
-        .arg(format!("{}lock:*", redfence::DEFAULT_PREFIX))
+        .arg(format!("{}lock:*", redfence::limits::DEFAULT_PREFIX))
         .query(&mut conn)
 }
 

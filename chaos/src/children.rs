@@ -22,9 +22,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
-use redfence::history::{Event, Writer};
-
 use crate::clock::Clock;
+use crate::history::{Event, Writer};
 use crate::worker::ProcArgs;
 use crate::BoxError;
 

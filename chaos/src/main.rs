@@ -1,13 +1,13 @@
 //! The fault suite: Jepsen-style nemeses against redfence, each run
-//! checked by `redfence::history::check`, one results table at the end.
+//! checked by `history::check`, one results table at the end.
 //!
 //! ```sh
 //! # CI: every nemesis for 8 s (a few minutes in all, debug build)
-//! cargo run --all-features --example chaos -- --nemesis all --duration 8s --seed 7
+//! cargo run -p chaos -- --nemesis all --duration 8s --seed 7
 //! # long form
-//! cargo run --release --example chaos -- --nemesis all --duration 10m --seed 7
+//! cargo run --release -p chaos -- --nemesis all --duration 10m --seed 7
 //! # a subset; `--list` names them all
-//! cargo run --all-features --example chaos -- --nemesis kill-aof,pause --duration 1m
+//! cargo run -p chaos -- --nemesis kill-aof,pause --duration 1m
 //! ```
 //!
 //! Exit status 1 when a nemesis expected to be safe shows a violation, or
@@ -36,7 +36,7 @@
 //!
 //! Every event (attempt, grant with its validity deadline, extension,
 //! release, lost signal, fenced write, increment, nemesis start/stop,
-//! final counter) is one `redfence::history::Event` JSON line, stamped in
+//! final counter) is one `history::Event` JSON line, stamped in
 //! nanoseconds since the run's origin on `CLOCK_MONOTONIC`, read with
 //! `clock_gettime` in every process; the parent passes the origin to its
 //! workers. Deadlines (`Instant`s) are converted by reading both clocks at
@@ -50,28 +50,20 @@
 //! the table of every nemesis), `rig` (one run), `report` (rows, verdicts,
 //! the checks the history checker cannot make itself).
 
-#[path = "../tests/support/process.rs"]
+#[path = "../../tests/support/process.rs"]
 mod process;
-#[path = "../tests/support/proxy.rs"]
+#[path = "../../tests/support/proxy.rs"]
 mod proxy;
-#[path = "../tests/support/server.rs"]
+#[path = "../../tests/support/server.rs"]
 mod server;
 
-// A crate root looks for its modules beside itself, not in a directory
-// named after it: the paths say where they are.
-#[path = "chaos/children.rs"]
 mod children;
-#[path = "chaos/cli.rs"]
 mod cli;
-#[path = "chaos/clock.rs"]
 mod clock;
-#[path = "chaos/nemesis.rs"]
+mod history;
 mod nemesis;
-#[path = "chaos/report.rs"]
 mod report;
-#[path = "chaos/rig.rs"]
 mod rig;
-#[path = "chaos/worker.rs"]
 mod worker;
 
 use std::process::ExitCode;

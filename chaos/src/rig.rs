@@ -17,13 +17,13 @@ use std::time::{Duration, Instant};
 
 use rand::rngs::StdRng;
 use rand::SeedableRng;
-use redfence::history::{self, Event, Writer};
 use redis::AsyncCommands;
 use tokio::runtime::Runtime;
 
 use crate::children::Children;
 use crate::cli::Options;
 use crate::clock::{nanos, Clock};
+use crate::history::{self, Event, Writer};
 use crate::nemesis::{self, Faults, Nemesis};
 use crate::proxy::FaultProxy;
 use crate::report::{self, Outcome};

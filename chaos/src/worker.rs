@@ -11,12 +11,12 @@ use std::time::{Duration, Instant};
 
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
-use redfence::history::{Event, WriteOutcome, Writer};
 use redfence::{AutoExtend, Client, FencedStore, LockGuard, RestartGuard, Retry};
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncCommands, AsyncConnectionConfig};
 
 use crate::clock::Clock;
+use crate::history::{Event, WriteOutcome, Writer};
 use crate::BoxError;
 
 /// Every call the workload makes to the data node is bounded by this (the

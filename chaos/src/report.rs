@@ -1,6 +1,6 @@
 //! From a checked history to a table row and a verdict.
 //!
-//! Most of the judging is `redfence::history::check`'s; this module adds
+//! Most of the judging is `crate::history::check`'s; this module adds
 //! two things the checker cannot know:
 //!
 //! - **Stale writes without tokens** (the `no-fencing` control). With
@@ -24,9 +24,8 @@ use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use redfence::history::{check, Event, Report, WriteOutcome};
-
 use crate::cli::show_duration;
+use crate::history::{check, Event, Report, WriteOutcome};
 use crate::nemesis::{Expect, Nemesis};
 
 /// Everything one nemesis run produced.
