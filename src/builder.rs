@@ -12,6 +12,7 @@ use crate::limits::{DEFAULT_FENCE_RETENTION, DEFAULT_PREFIX, MAX_NODES, MAX_PREF
 use crate::node::NodeTimeouts;
 use crate::notify::DEFAULT_LOCAL_HANDOFFS;
 use crate::protocol::shared::Shared;
+use crate::resource::validate_prefix;
 use crate::restart::RestartGuard;
 use crate::retry::Retry;
 use crate::validity::DriftFactor;
@@ -106,7 +107,11 @@ impl Builder {
     }
 
     /// Prefix of every key this client writes. Clients that should exclude
-    /// each other must use the same prefix. Defaults to `"redfence:"`.
+    /// each other must use the same prefix. It must end with `:` and have
+    /// no `:`-separated segment `lock` or `fence`, so that no two prefixes
+    /// can name each other's keys (`a:lock:` would reach the keys of `a:`);
+    /// `build` refuses it with [`ConfigError::Prefix`]. Defaults to
+    /// `"redfence:"`.
     pub fn key_prefix(mut self, prefix: impl Into<String>) -> Self {
         self.key_prefix = prefix.into();
         self
@@ -215,6 +220,12 @@ impl Builder {
         }
         if self.key_prefix.len() > MAX_PREFIX_LEN {
             return Err(ConfigError::PrefixTooLong(self.key_prefix.len()));
+        }
+        if let Err(reason) = validate_prefix(&self.key_prefix) {
+            return Err(ConfigError::Prefix {
+                prefix: self.key_prefix,
+                reason,
+            });
         }
         let timeouts = NodeTimeouts {
             connect: self.connect_timeout,

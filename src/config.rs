@@ -40,7 +40,7 @@ pub(crate) fn nodes(
     let mut seen: Vec<String> = Vec::with_capacity(urls.len());
     let mut nodes = Vec::with_capacity(urls.len());
     for (index, url) in urls.iter().enumerate() {
-        let (client, addr) = parse_node(index, url)?;
+        let (client, addr, db) = parse_node(index, url)?;
         if let Some(first) = seen.iter().position(|a| *a == addr) {
             return Err(ConfigError::DuplicateNode {
                 addr,
@@ -52,6 +52,7 @@ pub(crate) fn nodes(
         nodes.push(Node::new(
             index,
             addr,
+            db,
             client,
             timeouts,
             Arc::clone(&registry),
@@ -63,7 +64,7 @@ pub(crate) fn nodes(
 /// Parses one URL into a redis client and the address used to detect
 /// duplicates and name the node in errors (`host:port`, plus `/db` when not
 /// 0; never credentials).
-fn parse_node(index: usize, url: &str) -> Result<(redis::Client, String), ConfigError> {
+fn parse_node(index: usize, url: &str) -> Result<(redis::Client, String, i64), ConfigError> {
     let invalid = |source| ConfigError::InvalidUrl {
         index,
         url: redact(url),
@@ -100,7 +101,7 @@ fn parse_node(index: usize, url: &str) -> Result<(redis::Client, String), Config
         format!("{addr}/{db}")
     };
     let client = redis::Client::open(info).map_err(invalid)?;
-    Ok((client, addr))
+    Ok((client, addr, db))
 }
 
 /// Replaces the password in `scheme://user:password@host` and in a
@@ -167,11 +168,12 @@ mod tests {
 
     #[test]
     fn addresses_normalise_case_and_db() {
-        let (_, a) = parse_node(0, "redis://LOCALHOST:7001").unwrap();
+        let (_, a, _) = parse_node(0, "redis://LOCALHOST:7001").unwrap();
         assert_eq!(a, "localhost:7001");
-        let (_, b) = parse_node(0, "redis://127.0.0.1:7001/2").unwrap();
+        let (_, b, db) = parse_node(0, "redis://127.0.0.1:7001/2").unwrap();
+        assert_eq!(db, 2);
         assert_eq!(b, "127.0.0.1:7001/2");
-        let (_, c) = parse_node(0, "redis://:pw@127.0.0.1:7001").unwrap();
+        let (_, c, _) = parse_node(0, "redis://:pw@127.0.0.1:7001").unwrap();
         assert_eq!(c, "127.0.0.1:7001", "no credentials in the address");
     }
 }

@@ -58,6 +58,16 @@ pub enum ConfigError {
     /// The key prefix is longer than [`MAX_PREFIX_LEN`](crate::limits::MAX_PREFIX_LEN) bytes.
     #[error("key prefix is {0} bytes, more than the maximum")]
     PrefixTooLong(usize),
+    /// The key prefix could reach other keys: it is empty, or it contains a
+    /// key kind (`lock:`, `fence:`), so that it names the keys of another
+    /// prefix.
+    #[error("key prefix {prefix:?} {reason}")]
+    Prefix {
+        /// The prefix given.
+        prefix: String,
+        /// Why it was refused.
+        reason: &'static str,
+    },
 }
 
 /// Every error this crate returns.

@@ -21,6 +21,7 @@
 //! silent at the deadline is a `Timeout` vote and is reported to the node
 //! (`Node::note_timeout`), which may then skip it until a probe answers.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -35,6 +36,14 @@ type NodeFuture<T> = BoxFuture<'static, (usize, Result<T, NodeErrorKind>)>;
 
 /// A set of node indexes (N ≤ 64 is checked at build).
 pub(crate) type NodeSet = u64;
+
+/// The set of the nodes at `indexes`.
+pub(crate) fn node_set(indexes: impl IntoIterator<Item = usize>) -> NodeSet {
+    indexes
+        .into_iter()
+        .filter(|&i| i < 64)
+        .fold(0, |set, i| set | (1 << i))
+}
 
 /// Every node of `n`.
 pub(crate) const fn all_nodes(n: usize) -> NodeSet {
@@ -286,23 +295,37 @@ impl<T: Send + Default + 'static> FanOut<T> {
     /// Without a tokio runtime the requests are dropped; what they already
     /// queued on a connection still runs.
     pub(crate) fn finish_in_background(self) {
+        self.finish_noting(None);
+    }
+
+    /// As [`finish_in_background`](Self::finish_in_background), and every
+    /// node that still answers yes is added to `yes` (an acquire's late
+    /// grants: the nodes that hold our value).
+    pub(crate) fn finish_noting(self, yes: Option<Arc<AtomicU64>>) {
         if self.pending.is_empty() {
             return;
         }
         if let Ok(handle) = tokio::runtime::Handle::try_current() {
-            handle.spawn(self.drain());
+            handle.spawn(self.drain_noting(yes));
         }
     }
 
     /// Waits for every request until the node deadline, discarding answers.
-    pub(crate) async fn drain(mut self) {
+    pub(crate) async fn drain(self) {
+        self.drain_noting(None).await;
+    }
+
+    async fn drain_noting(mut self, yes: Option<Arc<AtomicU64>>) {
         let timer = tokio::time::sleep_until(self.deadline.into());
         tokio::pin!(timer);
         loop {
             tokio::select! {
                 biased;
                 next = self.pending.next() => match next {
-                    Some((index, _)) => {
+                    Some((index, result)) => {
+                        if let (Ok(_), Some(yes)) = (&result, &yes) {
+                            yes.fetch_or(node_set([index]), Ordering::Relaxed);
+                        }
                         // Mark answered, so `expire` only blames the silent.
                         if let Some(slot) = self.answers.get_mut(index) {
                             *slot = Some(Err(NodeErrorKind::Skipped));

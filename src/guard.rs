@@ -109,8 +109,8 @@ impl LockGuard {
     /// reported lost ([`Lease::loss`]) is not extended:
     /// [`Error::LockLost`], without a round trip.
     pub async fn extend(&self, ttl: Duration) -> Result<Duration, Error> {
-        if let Some(lost) = self.lease.loss() {
-            return Err(Error::LockLost(Box::new(lost)));
+        if self.lease.expire() {
+            return Err(self.lost_error());
         }
         let span = tracing::debug_span!("extend", resource = %self.resource(), ?ttl);
         let target = self.shared.target(self.resource(), ttl)?;
@@ -119,14 +119,27 @@ impl LockGuard {
             .await
             .map_err(|failure| Error::ExtendFailed(Box::new(failure)))
             .inspect_err(|e| span.in_scope(|| tracing::debug!(error = %e, "extend failed")))?;
-        let (valid_until, expires_at) = (extended.valid_until, extended.expires_at);
         // The new deadline replaces the old one even when it is earlier: a
         // shorter `ttl` shortened the keys on the nodes that answered, so the
-        // old deadline is no longer backed by a majority.
-        self.lease.extended(valid_until, expires_at);
+        // old deadline is no longer backed by a majority. An extend that
+        // landed after the validity ran out revives nothing.
+        if !self
+            .lease
+            .extended(extended.valid_until, extended.expires_at)
+        {
+            return Err(self.lost_error());
+        }
         let validity = self.validity();
         span.in_scope(|| tracing::debug!(?validity, "extended"));
         Ok(validity)
+    }
+
+    fn lost_error(&self) -> Error {
+        let lost = self.lease.loss();
+        // `expire` and a refused `extended` record a loss first.
+        Error::LockLost(Box::new(
+            lost.unwrap_or_else(|| self.lease.lost_now(LossReason::Expired)),
+        ))
     }
 
     /// Releases the lock on every node (compare-and-delete, so a lock that

@@ -29,7 +29,9 @@ struct LeaseState {
 struct Status {
     valid_until: Instant,
     expires_at: Instant,
-    /// Set once, by the first loss recorded (watchdog, release); final.
+    /// Set once, by the first loss recorded (watchdog, release, or the
+    /// validity running out, as soon as anything looks); final: no extend
+    /// revives a lease once it is recorded lost or its validity ran out.
     lost: Option<LostLock>,
     /// What running out of validity is called: `Expired` without a
     /// watchdog, `Unreachable` while one runs (it failed to extend in
@@ -111,10 +113,11 @@ impl Lease {
         !self.validity().is_zero() && self.state.status.borrow().lost.is_none()
     }
 
-    /// The recorded loss, if the lease has been reported lost (by its
-    /// watchdog, or because the guard was released). A lease whose validity
-    /// merely ran out has no recorded loss, but [`is_valid`](Self::is_valid)
-    /// is false and [`lost`](Self::lost) resolves at once.
+    /// The recorded loss, if the lease has been reported lost: by its
+    /// watchdog, because the guard was released, or because its validity
+    /// ran out (recorded by the first look after it did: [`lost`](Self::lost),
+    /// an extend, the watchdog). A loss is final: nothing extends the lease
+    /// afterwards.
     pub fn loss(&self) -> Option<LostLock> {
         self.state.status.borrow().lost.clone()
     }
@@ -142,7 +145,10 @@ impl Lease {
                     (status.valid_until, status.ending)
                 };
                 if valid_until <= Instant::now() {
-                    return lease.lost_lock(ending, None);
+                    lease.expire();
+                    return lease
+                        .loss()
+                        .unwrap_or_else(|| lease.lost_lock(ending, None, Duration::ZERO));
                 }
                 tokio::select! {
                     // The sender lives in the state we hold: never closed.
@@ -165,18 +171,60 @@ impl Lease {
         }
     }
 
-    pub(crate) fn extended(&self, valid_until: Instant, expires_at: Instant) {
-        self.state.status.send_modify(|s| {
-            s.valid_until = valid_until;
-            // Nodes that missed this extend keep the old expiry: a release
-            // must outlive whichever is later.
+    /// Applies a successful extend's new validity. Refused (returns
+    /// `false`) when the lease is already lost or its validity ran out
+    /// before this call: a loss, once reportable, is final, even if a late
+    /// extend found the keys still there.
+    pub(crate) fn extended(&self, valid_until: Instant, expires_at: Instant) -> bool {
+        let mut applied = false;
+        let now = Instant::now();
+        self.state.status.send_if_modified(|s| {
+            // Nodes that missed this extend keep the old expiry, and a late
+            // extend still moved the keys: a release must outlive both.
             s.expires_at = s.expires_at.max(expires_at);
+            if s.lost.is_some() || s.valid_until <= now {
+                return false;
+            }
+            s.valid_until = valid_until;
+            applied = true;
+            true
         });
+        if !applied {
+            self.expire();
+        }
+        applied
+    }
+
+    /// Records the loss of a lease whose validity has run out (under its
+    /// ending reason), unless a loss is recorded already. Returns whether
+    /// the lease is lost.
+    pub(crate) fn expire(&self) -> bool {
+        let now = Instant::now();
+        let (valid_until, ending, recorded) = {
+            let s = self.status();
+            (s.valid_until, s.ending, s.lost.is_some())
+        };
+        if recorded {
+            return true;
+        }
+        if valid_until > now {
+            return false;
+        }
+        let lost = self.lost_lock(ending, None, Duration::ZERO);
+        self.state.status.send_if_modified(|s| {
+            if s.lost.is_some() {
+                return false;
+            }
+            tracing::debug!(resource = %self.resource(), reason = %ending, "lease ran out");
+            s.lost = Some(lost);
+            true
+        });
+        true
     }
 
     /// Records a loss, unless one is already recorded (the first is final).
     pub(crate) fn lose(&self, reason: LossReason, failure: Option<Box<QuorumFailure>>) {
-        let lost = self.lost_lock(reason, failure);
+        let lost = self.lost_lock(reason, failure, self.validity());
         self.state.status.send_if_modified(|s| {
             if s.lost.is_some() {
                 return false;
@@ -192,13 +240,24 @@ impl Lease {
         self.state.status.send_modify(|s| s.ending = ending);
     }
 
-    fn lost_lock(&self, reason: LossReason, failure: Option<Box<QuorumFailure>>) -> LostLock {
+    /// A loss as of now, not recorded (for a caller that found none
+    /// recorded where one must be).
+    pub(crate) fn lost_now(&self, reason: LossReason) -> LostLock {
+        self.lost_lock(reason, None, self.validity())
+    }
+
+    fn lost_lock(
+        &self,
+        reason: LossReason,
+        failure: Option<Box<QuorumFailure>>,
+        validity_left: Duration,
+    ) -> LostLock {
         LostLock {
             resource: self.resource().to_owned(),
             token: self.token(),
             reason,
             at: Instant::now(),
-            validity_left: self.validity(),
+            validity_left,
             failure,
         }
     }

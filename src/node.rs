@@ -145,6 +145,8 @@ pub(crate) struct NodeTimeouts {
 pub(crate) struct Node {
     index: usize,
     addr: String,
+    /// The database index the URL selects.
+    db: i64,
     client: redis::Client,
     timeouts: NodeTimeouts,
     registry: Arc<Registry>,
@@ -203,6 +205,7 @@ impl Node {
     pub(crate) fn new(
         index: usize,
         addr: String,
+        db: i64,
         client: redis::Client,
         timeouts: NodeTimeouts,
         registry: Arc<Registry>,
@@ -210,6 +213,7 @@ impl Node {
         Arc::new_cyclic(|me| Node {
             index,
             addr,
+            db,
             client,
             timeouts,
             registry,
@@ -238,6 +242,11 @@ impl Node {
 
     pub(crate) fn addr(&self) -> &str {
         &self.addr
+    }
+
+    /// The database index this node's URL selects.
+    pub(crate) fn db(&self) -> i64 {
+        self.db
     }
 
     /// For the subscription connection, which is not multiplexed with the
@@ -512,18 +521,13 @@ impl Node {
         let (Some((conn, identity)), true) = (fresh, current) else {
             return;
         };
-        if self.registry.claim(self.index, &identity.run_id).is_err() {
+        let Ok(previous) = self.registry.claim(self.index, &identity.run_id) else {
             return;
-        }
+        };
         tracing::warn!(node = %self.addr, "connection out of step while a fresh one answers: replaced");
         let generation = inner.next_generation;
         inner.next_generation += 1;
-        inner.state = State::Ready(Connected {
-            conn,
-            generation,
-            started: restart::started(Instant::now(), identity.uptime),
-            identity: Arc::new(identity),
-        });
+        inner.state = State::Ready(self.connected(conn, generation, identity, previous));
         inner.stalled = None;
         self.stalled_hint.store(false, Ordering::Relaxed);
     }
@@ -609,15 +613,7 @@ impl Node {
                     other,
                     run_id: identity.run_id.clone(),
                 })?;
-            if previous.is_some_and(|id| id != identity.run_id) {
-                tracing::warn!(node = %self.addr, run_id = %identity.run_id, uptime = ?identity.uptime, "server restarted");
-            }
-            Ok(Connected {
-                conn,
-                generation,
-                started: restart::started(Instant::now(), identity.uptime),
-                identity: Arc::new(identity),
-            })
+            Ok(self.connected(conn, generation, identity, previous))
         });
         let mut inner = self.lock_inner();
         // Only the newest connect may install its result.
@@ -644,6 +640,33 @@ impl Node {
             }
         }
         result
+    }
+
+    /// A new connection to the server that answered the handshake. A server
+    /// whose `run_id` differs from the one this node reached before is
+    /// another server: the old one restarted, or the address now reaches a
+    /// different one (a moved VIP or DNS name, a replaced pod, a promoted
+    /// replica). Either way it has none of the locks it may be asked about,
+    /// so it counts as a server that started now, whatever its uptime: out
+    /// of quorums for the restart guard's window, and with fencing its
+    /// fences re-seeded before it votes (DESIGN.md, "The restart guard").
+    fn connected(
+        &self,
+        conn: MultiplexedConnection,
+        generation: u64,
+        mut identity: Identity,
+        previous: Option<String>,
+    ) -> Connected {
+        if previous.is_some_and(|id| id != identity.run_id) {
+            tracing::warn!(node = %self.addr, run_id = %identity.run_id, uptime = ?identity.uptime, "another server (restarted or replaced): counted as started now");
+            identity.uptime = Duration::ZERO;
+        }
+        Connected {
+            conn,
+            generation,
+            started: restart::started(Instant::now(), identity.uptime),
+            identity: Arc::new(identity),
+        }
     }
 
     /// Classifies a command error; a broken connection is dropped so the next

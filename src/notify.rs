@@ -36,6 +36,7 @@ use tokio::task::JoinHandle;
 
 use crate::failure::{NodeErrorKind, NodeFailure};
 use crate::node::Node;
+use crate::resource::{notice_channel, notice_key};
 
 /// Notice ids remembered per resource to count a release once although it
 /// is published on up to N nodes. Copies of one release arrive within a
@@ -532,6 +533,8 @@ async fn subscriber(
     mut commands: mpsc::UnboundedReceiver<Command>,
 ) {
     let timeout = node.connect_timeout();
+    // The queue names lock keys; the channels carry the database too.
+    let db = node.db();
     let mut wanted: HashSet<Arc<str>> = HashSet::new();
     // Every task reaps the lingering queues (any one would do; reaping is
     // idempotent), so subscriptions end even when no waiter comes again.
@@ -564,7 +567,7 @@ async fn subscriber(
         };
         let (mut sink, mut stream) = pubsub.split();
         if !wanted.is_empty() {
-            let channels: Vec<&str> = wanted.iter().map(|c| &**c).collect();
+            let channels: Vec<String> = wanted.iter().map(|k| notice_channel(k, db)).collect();
             if !matches!(
                 tokio::time::timeout(timeout, sink.subscribe(channels)).await,
                 Ok(Ok(()))
@@ -586,7 +589,8 @@ async fn subscriber(
                     let Some(command) = command else { return };
                     let ok = match &command {
                         Command::Subscribe(channel) if !wanted.contains(channel) => {
-                            let ok = matches!(tokio::time::timeout(timeout, sink.subscribe(&**channel)).await, Ok(Ok(())));
+                            let name = notice_channel(channel, db);
+                            let ok = matches!(tokio::time::timeout(timeout, sink.subscribe(name)).await, Ok(Ok(())));
                             if ok {
                                 let Some(shared) = shared.upgrade() else { return };
                                 shared.confirmed(channel, false);
@@ -594,7 +598,8 @@ async fn subscriber(
                             ok
                         }
                         Command::Unsubscribe(channel) if wanted.contains(channel) => {
-                            matches!(tokio::time::timeout(timeout, sink.unsubscribe(&**channel)).await, Ok(Ok(())))
+                            let name = notice_channel(channel, db);
+                            matches!(tokio::time::timeout(timeout, sink.unsubscribe(name)).await, Ok(Ok(())))
                         }
                         _ => true,
                     };
@@ -612,8 +617,11 @@ async fn subscriber(
                 message = stream.next() => {
                     let Some(message) = message else { break };
                     let Some(shared) = shared.upgrade() else { return };
+                    let Some(key) = notice_key(message.get_channel_name(), db) else {
+                        continue;
+                    };
                     let payload = String::from_utf8_lossy(message.get_payload_bytes());
-                    shared.heard(message.get_channel_name(), &payload);
+                    shared.heard(key, &payload);
                 }
             }
         }

@@ -23,6 +23,35 @@ pub(crate) fn lock_key(prefix: &str, resource: &str) -> Arc<str> {
     key(prefix, "lock:", resource)
 }
 
+/// The kinds of key a client writes, each after the prefix.
+const KINDS: [&str; 2] = ["lock:", "fence:"];
+
+/// Checks a key prefix. Two deployments keep apart only if neither can
+/// name the other's keys. An empty prefix puts the keys at the top of the
+/// key space (the re-seed would `SCAN fence:*` across the whole database
+/// and raise any integer-valued key of that name). A prefix that extends
+/// another by a kind names the other's keys: `a:lock:` + `fence:x` is
+/// `a:` + `lock:` + `fence:x`, the lock key of resource `fence:x` under
+/// `a:`. So a prefix must end with `:` and have no `:`-separated segment
+/// `lock` or `fence`; then a prefix `p + s` of another valid `p` starts `s`
+/// at a segment, and `s` cannot begin with a kind (the unit test checks all
+/// short prefixes of a small alphabet).
+pub(crate) fn validate_prefix(prefix: &str) -> Result<(), &'static str> {
+    if prefix.is_empty() {
+        return Err("must not be empty (keys would share the top of the key space)");
+    }
+    if !prefix.ends_with(':') {
+        return Err("must end with ':'");
+    }
+    let is_kind = |segment: &str| KINDS.iter().any(|k| k.strip_suffix(':') == Some(segment));
+    if prefix.split(':').any(is_kind) {
+        return Err(
+            "must not have a segment \"lock\" or \"fence\" (it would name another prefix's keys)",
+        );
+    }
+    Ok(())
+}
+
 /// The key of a resource's fence: `{prefix}fence:{resource}`.
 pub(crate) fn fence_key(prefix: &str, resource: &str) -> Arc<str> {
     key(prefix, "fence:", resource)
@@ -34,6 +63,22 @@ fn key(prefix: &str, kind: &str, resource: &str) -> Arc<str> {
     key.push_str(kind);
     key.push_str(resource);
     key.into()
+}
+
+/// The pub/sub channel of a lock key's release notices on a node using
+/// database `db`: `{key}@{db}`. Channels are server-wide, not per database,
+/// so deployments on different databases of one server would otherwise
+/// wake each other's waiters. The database is a decimal suffix after the
+/// last `@`, so the name is unique per (key, database).
+pub(crate) fn notice_channel(key: &str, db: i64) -> String {
+    format!("{key}@{db}")
+}
+
+/// The lock key of a notice channel of database `db`; `None` for a channel
+/// of another database or another kind.
+pub(crate) fn notice_key(channel: &str, db: i64) -> Option<&str> {
+    let (key, suffix) = channel.rsplit_once('@')?;
+    (suffix.parse::<i64>().ok()? == db).then_some(key)
 }
 
 /// A fresh lock value: the client's id (to tell owners apart when
@@ -67,6 +112,74 @@ mod tests {
             "redfence:lock:orders:42"
         );
         assert_eq!(&*lock_key("", "x"), "lock:x");
+    }
+
+    #[test]
+    fn notice_channels_name_their_database() {
+        assert_eq!(notice_channel("redfence:lock:x", 0), "redfence:lock:x@0");
+        assert_eq!(notice_channel("redfence:lock:x", 1), "redfence:lock:x@1");
+        for (key, db) in [("redfence:lock:x", 0), ("redfence:lock:a@1", 0), ("k@", 15)] {
+            let channel = notice_channel(key, db);
+            assert_eq!(notice_key(&channel, db), Some(key));
+            assert_eq!(notice_key(&channel, db + 1), None);
+        }
+        // A resource named like another database's channel stays apart.
+        assert_ne!(
+            notice_channel("redfence:lock:x@1", 0),
+            notice_channel("redfence:lock:x", 1)
+        );
+        assert_eq!(notice_key("no-suffix", 0), None);
+    }
+
+    #[test]
+    fn prefixes_that_could_collide_are_refused() {
+        for bad in [
+            "",
+            "lock:",
+            "a:lock:",
+            "a:fence:",
+            "x:lock:y:",
+            "fence:",
+            "a",
+            "redlock",
+        ] {
+            assert!(validate_prefix(bad).is_err(), "{bad:?}");
+        }
+        for good in ["redfence:", "a:", "a:locks:", "redlock:", "a:b:", "::"] {
+            assert_eq!(validate_prefix(good), Ok(()), "{good:?}");
+        }
+        // Exhaustively over short prefixes from a small alphabet: two valid
+        // prefixes never name one key with different kinds or resources.
+        let alphabet = ["a", ":", "lock", "fence", "lock:", "fence:", "re"];
+        let mut prefixes = vec![String::new()];
+        for _ in 0..3 {
+            let longer: Vec<String> = prefixes
+                .iter()
+                .flat_map(|p| alphabet.iter().map(move |c| format!("{p}{c}")))
+                .collect();
+            prefixes.extend(longer);
+        }
+        prefixes.retain(|p| validate_prefix(p).is_ok());
+        prefixes.sort();
+        prefixes.dedup();
+        for p in &prefixes {
+            for q in &prefixes {
+                if p == q {
+                    continue;
+                }
+                for kind_p in KINDS {
+                    for kind_q in KINDS {
+                        // p + kind_p + r == q + kind_q + r' for some r, r'
+                        // iff one side is a prefix of the other.
+                        let (a, b) = (format!("{p}{kind_p}"), format!("{q}{kind_q}"));
+                        assert!(
+                            !a.starts_with(&b) && !b.starts_with(&a),
+                            "{p:?} and {q:?} collide: {a:?} / {b:?}"
+                        );
+                    }
+                }
+            }
+        }
     }
 
     #[test]

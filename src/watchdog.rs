@@ -81,15 +81,29 @@ async fn run(shared: Weak<Shared>, lease: Lease, schedule: Schedule) {
             return;
         };
         loop {
-            match extend(&shared, &target, &lease.held(), true).await {
+            // A lease whose validity ran out (this task was starved: a
+            // blocked runtime thread) is lost for good: no extend is sent.
+            if lease.expire() {
+                return;
+            }
+            let held = lease.held();
+            // Another owner's value is evidence of a takeover only where the
+            // node held ours; elsewhere it may be a contender's leftover.
+            let taken_over = |f: &NodeFailure| {
+                matches!(f.kind, NodeErrorKind::HeldByOther { .. }) && held.was_ours(f.index)
+            };
+            match extend(&shared, &target, &held, true).await {
                 Ok(extended) => {
-                    lease.extended(extended.valid_until, extended.expires_at);
+                    let failures = extended.failures;
+                    if !lease.extended(extended.valid_until, extended.expires_at) {
+                        return;
+                    }
                     made += 1;
-                    // A majority extended, but a node holds another owner's
-                    // value: someone was granted the key there, so our lease
-                    // is not what we think (an early expiry, a restart);
-                    // stop before acting on it.
-                    if extended.failures.iter().any(taken_over) {
+                    // A majority extended, but a node that held our value
+                    // holds another owner's: someone was granted the key
+                    // there, so our lease is not what we think (an early
+                    // expiry, a restart); stop before acting on it.
+                    if failures.iter().any(taken_over) {
                         lease.lose(LossReason::TakenOver, None);
                         return;
                     }
@@ -116,8 +130,4 @@ async fn run(shared: Weak<Shared>, lease: Lease, schedule: Schedule) {
             }
         }
     }
-}
-
-fn taken_over(failure: &NodeFailure) -> bool {
-    matches!(failure.kind, NodeErrorKind::HeldByOther { .. })
 }

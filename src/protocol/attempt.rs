@@ -36,6 +36,7 @@ pub(crate) async fn attempt(
         notice: rand::random(),
         granted: false,
         sent: all_nodes(shared.nodes.len()),
+        ours: Arc::default(),
         expires_at: Instant::now() + target.ttl.duration(),
     };
     // Armed until the attempt succeeds: a failed attempt, or this future
@@ -48,7 +49,7 @@ pub(crate) async fn attempt(
     let round = match &target.fence {
         None if !probe => {
             let set = Arc::new(set_nx(key, value, ttl_ms));
-            round(shared, Phase::Acquire, target, false, |node, settled| {
+            round(shared, Phase::Acquire, target, &held, false, |node, settled| {
                 let set = Arc::clone(&set);
                 async move { parse_set(node.run_command(&set, &settled, vote).await?).map(|()| 0) }
             })
@@ -56,10 +57,17 @@ pub(crate) async fn attempt(
         }
         None => {
             let pipe = Arc::new(set_nx_probed(key, value, ttl_ms));
-            round(shared, Phase::Acquire, target, false, |node, settled| {
-                let pipe = Arc::clone(&pipe);
-                async move { parse_probed_set(node.run_pipeline(&pipe, &settled, vote).await?) }
-            })
+            round(
+                shared,
+                Phase::Acquire,
+                target,
+                &held,
+                false,
+                |node, settled| {
+                    let pipe = Arc::clone(&pipe);
+                    async move { parse_probed_set(node.run_pipeline(&pipe, &settled, vote).await?) }
+                },
+            )
             .await
         }
         Some((fence_key, retention)) => {
@@ -74,10 +82,17 @@ pub(crate) async fn attempt(
             }
             .pipeline();
             let pipe = Arc::new(pipe);
-            round(shared, Phase::Acquire, target, false, |node, settled| {
-                let pipe = Arc::clone(&pipe);
-                async move { parse_fenced(node.run_pipeline(&pipe, &settled, vote).await?) }
-            })
+            round(
+                shared,
+                Phase::Acquire,
+                target,
+                &held,
+                false,
+                |node, settled| {
+                    let pipe = Arc::clone(&pipe);
+                    async move { parse_fenced(node.run_pipeline(&pipe, &settled, vote).await?) }
+                },
+            )
             .await
         }
     };

@@ -13,7 +13,8 @@ use crate::wire::commands::parse_extend;
 use crate::wire::scripts::EXTEND;
 
 /// A successful extend: the new deadline and expiry, and the nodes that
-/// did not extend (as far as heard).
+/// did not extend (as far as heard). The nodes that did are noted in
+/// `Held::ours`.
 pub(crate) struct Extended {
     pub(crate) valid_until: Instant,
     pub(crate) expires_at: Instant,
@@ -34,16 +35,35 @@ pub(crate) async fn extend(
 ) -> Result<Extended, QuorumFailure> {
     let ttl_arg: Arc<str> = target.ttl.millis().to_string().into();
     let vote = shared.vote(false);
-    let round = round(shared, Phase::Extend, target, hear_all, |node, settled| {
-        let (key, value, ttl_arg) = (held.key.clone(), held.value.clone(), ttl_arg.clone());
-        async move {
-            let args: [&[u8]; 2] = [value.as_bytes(), ttl_arg.as_bytes()];
-            parse_extend(
-                node.run_script(&EXTEND, &[&key], &args, &settled, false, vote)
-                    .await?,
-            )
-        }
-    })
+    // With fencing the fence's expiry moves with the lock's (same script).
+    let fence = target.fence.clone();
+    let round = round(
+        shared,
+        Phase::Extend,
+        target,
+        held,
+        hear_all,
+        |node, settled| {
+            let (key, value, ttl_arg) = (held.key.clone(), held.value.clone(), ttl_arg.clone());
+            let fence = fence.clone();
+            async move {
+                let reply = match &fence {
+                    None => {
+                        let args: [&[u8]; 2] = [value.as_bytes(), ttl_arg.as_bytes()];
+                        node.run_script(&EXTEND, &[&key], &args, &settled, false, vote)
+                            .await?
+                    }
+                    Some((fence_key, retention)) => {
+                        let args: [&[u8]; 3] =
+                            [value.as_bytes(), ttl_arg.as_bytes(), retention.as_bytes()];
+                        node.run_script(&EXTEND, &[&key, fence_key], &args, &settled, false, vote)
+                            .await?
+                    }
+                };
+                parse_extend(reply)
+            }
+        },
+    )
     .await;
     let start = round.outcome?;
     Ok(Extended {

@@ -11,6 +11,7 @@ use crate::failure::{NodeErrorKind, NodeFailure};
 use crate::fanout::FanOut;
 use crate::node::Settled;
 use crate::protocol::shared::{Held, Shared};
+use crate::resource::notice_channel;
 use crate::wire::commands::parse_flag;
 use crate::wire::scripts::RELEASE;
 
@@ -102,8 +103,9 @@ fn start_release(shared: &Shared, held: &Held) -> FanOut<()> {
     FanOut::start(&shared.nodes, held.sent, deadline, |node, _settled| {
         let (key, value) = (held.key.clone(), held.value.clone());
         let notice = notice.clone();
+        let channel = notice_channel(&key, node.db());
         async move {
-            let args: [&[u8]; 2] = [value.as_bytes(), notice.as_bytes()];
+            let args: [&[u8]; 3] = [value.as_bytes(), notice.as_bytes(), channel.as_bytes()];
             parse_flag(
                 node.run_script(&RELEASE, &[&key], &args, &Settled::NEVER, true, None)
                     .await?,

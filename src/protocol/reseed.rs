@@ -56,19 +56,23 @@ pub(crate) fn reseed_if_wanted(shared: &Arc<Shared>) {
     }
 }
 
-/// Re-seeds node `index`'s fences from a majority of the other nodes: every
-/// fence key any of them holds, raised on `index` to the largest value
-/// among them. Any token handed out was written to a majority; at most
-/// N − quorum nodes can have lost their fences at once (the model), so the
-/// holders of a token that kept their data and any quorum of nodes that
-/// kept theirs intersect. Afterwards the node's fences are at least every
-/// token issued before, as if it had never lost them.
+/// Re-seeds node `index`'s fences from the other nodes: every fence key any
+/// of them holds, raised on `index` to the largest value among them. Any
+/// token handed out was stored on a quorum q of the N nodes, so on at least
+/// q − 1 of the N − 1 others; reading N − q + 1 of those others that kept
+/// their fences meets at least one of them (q − 1 + N − q + 1 > N − 1), and
+/// at most N − q nodes can have lost their fences at once (the model).
+/// Afterwards the node's fences are at least every token issued before, as
+/// if it had never lost them. N − q + 1 is a majority of the others when N
+/// is odd, but only 1 of 1 for N = 2 and 2 of 3 for N = 4: asking for a
+/// quorum of the others, as an earlier version did, left an even-sized
+/// deployment with a node down (or N = 2) unable ever to re-seed.
 ///
 /// Only nodes that may vote in a fenced request count as sources: a node
 /// itself restarted within the window and not yet re-seeded may have lost
 /// the largest token, and copying from it wrote stale fences (decreasing
-/// tokens, found by the fault suite's 8-minute run). When fewer than a
-/// quorum of the nodes that answered are such sources (more than N − quorum
+/// tokens, found by the fault suite's 8-minute run). When fewer than
+/// N − q + 1 of the nodes that answered are such sources (more than N − q
 /// restarted empty at once, outside the model), the values are raised to
 /// at least the clock seed a lost fence gets anyway, so tokens keep
 /// increasing as long as clocks agree, and the node is not locked out for
@@ -106,20 +110,20 @@ async fn reseed(shared: &Shared, index: usize) -> Result<(String, usize), String
             Err(_) => {}
         }
     }
-    let quorum = quorum(nodes.len());
-    if nodes.len() > 1 && answered < quorum {
+    let needed = reseed_sources(nodes.len());
+    if answered < needed {
         return Err(format!(
-            "only {answered} other nodes answered, a majority is needed"
+            "only {answered} other nodes answered, {needed} are needed"
         ));
     }
-    let keys: Vec<(String, u64)> = if sources >= quorum || nodes.len() == 1 {
+    let keys: Vec<(String, u64)> = if sources >= needed {
         fences.into_iter().collect()
     } else {
         let floor = clock_seed();
         tracing::warn!(
             sources,
             answered,
-            "fewer than a majority of nodes kept their fences: re-seeding with the clock as a floor"
+            "too few nodes kept their fences: re-seeding with the clock as a floor"
         );
         fences.into_iter().map(|(k, v)| (k, v.max(floor))).collect()
     };
@@ -140,6 +144,17 @@ async fn reseed(shared: &Shared, index: usize) -> Result<(String, usize), String
         return Err("the server changed during the re-seed".into());
     }
     Ok((run_id, keys.len()))
+}
+
+/// How many of the other nodes a re-seed must read (that kept their
+/// fences) to meet every stored token: N − q + 1, and 0 for a single node
+/// (it has nobody to ask, and nobody else holds its tokens either).
+fn reseed_sources(nodes: usize) -> usize {
+    if nodes <= 1 {
+        0
+    } else {
+        nodes - quorum(nodes) + 1
+    }
 }
 
 /// Every fence key matching `pattern` on `node` with its value (`SCAN` and
@@ -189,6 +204,26 @@ fn glob_escape(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn reseed_reads_enough_others_to_meet_every_quorum() {
+        assert_eq!(reseed_sources(1), 0);
+        assert_eq!(reseed_sources(2), 1);
+        assert_eq!(reseed_sources(3), 2);
+        assert_eq!(reseed_sources(4), 2);
+        assert_eq!(reseed_sources(5), 3);
+        for n in 2..=64 {
+            let q = quorum(n);
+            let k = reseed_sources(n);
+            // Any q − 1 holders among the N − 1 others meet any k of them,
+            assert!(k + (q - 1) > n - 1, "n = {n}");
+            // k is the least that does,
+            assert!((k - 1) + (q - 1) <= n - 1, "n = {n}");
+            // and the others that kept their fences (N − 1 minus at most
+            // N − q that lost them, this node being one) are enough.
+            assert!(k <= (n - 1) - (n - q).saturating_sub(1), "n = {n}");
+        }
+    }
 
     #[test]
     fn scan_patterns_escape_the_prefix() {

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use crate::failure::{FailureReason, NodeErrorKind, NodeFailure, Phase, QuorumFailure};
 use crate::fanout::{all_nodes, FanOut, NodeSet};
 use crate::node::{Node, Settled};
-use crate::protocol::shared::{Shared, Target};
+use crate::protocol::shared::{Held, Shared, Target};
 use crate::quorum::{Decision, Tally};
 use crate::validity::{node_budget, validity};
 
@@ -25,15 +25,18 @@ pub(crate) struct Round<T> {
     pub(crate) failures: Vec<NodeFailure>,
 }
 
-/// Runs `op` on every node as one round. On success the outcome is the
-/// round's start, from which validity is computed. `hear_all`: wait
-/// (within the round's deadline) for every node's answer after the
-/// decision, so that a node reporting another owner is seen even when a
-/// majority said yes first.
+/// Runs `op` on every node as one round, for the lock `held`. On success
+/// the outcome is the round's start, from which validity is computed.
+/// Every yes, before the decision or after it in the background, is noted
+/// in `held.ours`: such a node holds our value. `hear_all`: wait (within
+/// the round's deadline) for every node's answer after the decision, so
+/// that a node reporting another owner is seen even when a majority said
+/// yes first.
 pub(crate) async fn round<T, F, Fut>(
     shared: &Shared,
     phase: Phase,
     target: &Target,
+    held: &Held,
     hear_all: bool,
     op: F,
 ) -> Round<T>
@@ -61,10 +64,11 @@ where
     }
     let (tally, failures, sent) = (fan.tally(), fan.failures(), fan.maybe_sent());
     let values = fan.values();
+    held.note_ours(&values);
     // Stragglers finish in the background: what they queued before the
     // decision is sent (so the lock lands on every healthy node) and is
     // ordered before any release on each connection; the rest give up.
-    fan.finish_in_background();
+    fan.finish_noting(Some(Arc::clone(&held.ours)));
     let reason = match decision {
         Decision::Reached => {
             match validity(target.ttl, elapsed, target.drift, config.min_validity) {

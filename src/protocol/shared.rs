@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use crate::config::Config;
 use crate::error::Error;
-use crate::fanout::NodeSet;
+use crate::fanout::{node_set, NodeSet};
 use crate::fence::FencingToken;
 use crate::node::{Node, Vote};
 use crate::notify::Waits;
@@ -67,10 +67,28 @@ pub(crate) struct Held {
     /// cleanup of a failed attempt.
     pub(crate) granted: bool,
     pub(crate) sent: NodeSet,
+    /// Nodes known to have held our value: they granted it (before the
+    /// acquire's decision or after it, heard in the background) or
+    /// extended it since. Only there is another owner's value evidence
+    /// that the lock was taken over; elsewhere it may be a contender's
+    /// leftover that never was ours. Shared by every copy of this `Held`.
+    pub(crate) ours: Arc<AtomicU64>,
     pub(crate) expires_at: Instant,
 }
 
 impl Held {
+    /// Adds the nodes of `answers` (index, value) to those known to hold
+    /// our value.
+    pub(crate) fn note_ours<T>(&self, answers: &[(usize, T)]) {
+        let set = node_set(answers.iter().map(|&(i, _)| i));
+        self.ours.fetch_or(set, Ordering::Relaxed);
+    }
+
+    /// Whether node `index` is known to have held our value.
+    pub(crate) fn was_ours(&self, index: usize) -> bool {
+        self.ours.load(Ordering::Relaxed) & node_set([index]) != 0
+    }
+
     /// The public id of this acquisition, published with its release.
     pub(crate) fn notice_id(&self) -> String {
         format!("{:016x}", self.notice)

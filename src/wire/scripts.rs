@@ -80,21 +80,29 @@ impl Script {
 }
 
 /// Delete the key only if it still holds our value, and announce it to the
-/// clients waiting for it (`notify`): a `PUBLISH` on the channel named like
-/// the key, carrying the acquisition's public notice id (never the value,
+/// clients waiting for it (`notify`): a `PUBLISH` on the key's notice
+/// channel (`{key}@{db}`, `resource::notice_channel`), carrying the acquisition's public notice id (never the value,
 /// which authorises release) and how many clients are subscribed, so each
 /// can spread its retry over that many (`PUBSUB NUMSUB`; nothing is
 /// published when nobody waits). Returns 1 when deleted, 0 when absent or
 /// owned by someone else (nothing announced).
 ///
-/// KEYS: lock key. ARGV: value, notice id.
+/// KEYS: lock key. ARGV: value, notice id, notice channel (pub/sub is
+/// server-wide, so the channel names the database; a script cannot read
+/// its database index, so the client passes the name).
 pub(crate) static RELEASE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("lua/release.lua")));
 
-/// Reset the expiry only if the key still holds our value. Returns 1 when
-/// extended, 0 when absent, -1 when another owner's value is there (the
-/// watchdog treats that as the lock taken over). Never deletes: an extend
-/// that falls short leaves the lock to expire on its old schedule.
+/// Reset the expiry only if the key still holds our value, and with
+/// fencing keep the resource's fence for its retention from now: a lease
+/// extended for longer than the retention must not lose its fence while it
+/// is held (the next token would then rest on the clients' clocks). Returns
+/// 1 when extended, 0 when absent, -1 when another owner's value is there
+/// (the watchdog treats that as the lock taken over where it was ours).
+/// Never deletes: an extend that falls short leaves the lock to expire on
+/// its old schedule.
+///
+/// KEYS: lock key[, fence key]. ARGV: value, ttl ms[, retention ms].
 pub(crate) static EXTEND: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("lua/extend.lua")));
 

@@ -263,9 +263,14 @@ fn prefix_too_long() {
         "{e:?}"
     );
     assert!(crate::helpers::builder([NOWHERE])
-        .key_prefix("p".repeat(MAX_PREFIX_LEN))
+        .key_prefix(longest_prefix())
         .build()
         .is_ok());
+}
+
+/// A valid prefix of the largest length: it must end with `:`.
+fn longest_prefix() -> String {
+    format!("{}:", "p".repeat(MAX_PREFIX_LEN - 1))
 }
 
 #[tokio::test]
@@ -288,13 +293,13 @@ async fn invalid_resource_names() {
 async fn longest_resource_name_locks() {
     let cluster = Cluster::start(1);
     let client = crate::helpers::builder(cluster.urls())
-        .key_prefix("p".repeat(MAX_PREFIX_LEN))
+        .key_prefix(longest_prefix())
         .build()
         .unwrap();
     let name = "r".repeat(MAX_RESOURCE_LEN);
     let guard = client.acquire(&name, secs(5)).await.unwrap();
     assert_eq!(guard.resource(), name);
-    let key = format!("{}lock:{name}", "p".repeat(MAX_PREFIX_LEN));
+    let key = format!("{}lock:{name}", longest_prefix());
     assert_ne!(cluster.nodes[0].cli(&["GET", &key]), "(nil)");
     guard.release().await;
     assert_eq!(cluster.nodes[0].cli(&["EXISTS", &key]), "0");

@@ -12,6 +12,11 @@ pub fn lock_key(resource: &str) -> String {
     format!("{}lock:{resource}", redfence::limits::DEFAULT_PREFIX)
 }
 
+/// The pub/sub channel of `key`'s release notices on database 0.
+pub fn notice_channel(key: &str) -> String {
+    format!("{key}@0")
+}
+
 pub const fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
 }

@@ -295,7 +295,12 @@ async fn without_auto_extension_lost_resolves_when_validity_ends() {
     let lost = tokio::time::timeout(secs(10), lease.lost()).await.unwrap();
     assert_eq!(lost.reason, LossReason::Expired);
     assert!(lost.at >= lease.valid_until());
-    assert!(lease.loss().is_none(), "expiry is not a recorded loss");
+    // Running out is recorded once seen, and final.
+    assert_eq!(
+        lease.loss().map(|l| l.reason),
+        Some(LossReason::Expired),
+        "expiry is a recorded loss"
+    );
     // Releasing ends the lease for every view of it.
     let guard = client.acquire("plain", secs(10)).await.unwrap();
     let view = guard.lease();

@@ -11,6 +11,7 @@ mod contention;
 mod errors;
 mod faults;
 mod fencing;
+mod hardening;
 mod helpers;
 mod lifecycle;
 mod modes;

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use redfence::limits::DRIFT_CONSTANT;
-use redfence::{Error, FailureReason, NodeErrorKind, Phase, Retry};
+use redfence::{Error, FailureReason, LossReason, NodeErrorKind, Phase, Retry};
 
 use crate::helpers::{
     eventually, lock_key, ms, new_client, pttl, report, secs, warm_client, LOCK_KEYS,
@@ -254,17 +254,19 @@ async fn release_never_deletes_another_owners_key() {
     assert_eq!(values(&cluster, &key), vec!["other"; 3]);
 }
 
-/// Extend of a lock that expired fails as `NotHeld` and creates nothing.
+/// Extend of a lock whose keys are gone fails as `NotHeld` and creates
+/// nothing; extend of a lease whose validity ran out is refused as lost
+/// without a round trip (a loss is final, even if keys remained).
 #[tokio::test]
 async fn extend_after_expiry_is_not_held() {
     let cluster = Cluster::start(3);
     let client = new_client(&cluster);
-    let guard = client.acquire("short", ms(300)).await.unwrap();
-    assert!(
-        eventually(secs(3), || cluster.count_keys(LOCK_KEYS) == vec![0; 3]).await,
-        "the keys did not expire"
-    );
-    assert!(!guard.lease().is_valid());
+    let guard = client.acquire("short", secs(10)).await.unwrap();
+    let key = lock_key("short");
+    for node in &cluster.nodes {
+        node.cli(&["DEL", &key]);
+    }
+    assert!(guard.lease().is_valid());
     let err = guard.extend(secs(10)).await.unwrap_err();
     let Error::ExtendFailed(q) = &err else {
         panic!("expected ExtendFailed, got {err:?}");
@@ -280,6 +282,21 @@ async fn extend_after_expiry_is_not_held() {
     assert!(
         report(&err).starts_with("lock on \"short\" not extended: extend of \"short\" failed"),
         "{err}"
+    );
+    assert_eq!(cluster.count_keys(LOCK_KEYS), vec![0; 3]);
+    let released = guard.release().await;
+    assert_eq!(released.confirmed, 0);
+
+    let guard = client.acquire("short", ms(300)).await.unwrap();
+    assert!(
+        eventually(secs(3), || cluster.count_keys(LOCK_KEYS) == vec![0; 3]).await,
+        "the keys did not expire"
+    );
+    assert!(!guard.lease().is_valid());
+    let err = guard.extend(secs(10)).await.unwrap_err();
+    assert!(
+        matches!(&err, Error::LockLost(l) if l.reason == LossReason::Expired),
+        "{err:?}"
     );
     assert_eq!(cluster.count_keys(LOCK_KEYS), vec![0; 3]);
     assert!(guard.validity().is_zero(), "a failed extend grants nothing");

@@ -10,7 +10,8 @@ use std::time::{Duration, Instant};
 use redfence::{Client, Retry};
 
 use crate::helpers::{
-    client_with_timeout, eventually, lock_key, ms, new_client, secs, warm_up, LOCK_KEYS,
+    client_with_timeout, eventually, lock_key, ms, new_client, notice_channel, secs, warm_up,
+    LOCK_KEYS,
 };
 use crate::support::{Cluster, RedisServer};
 
@@ -133,7 +134,7 @@ async fn hundred_waiters_take_turns_on_five_nodes() {
     // lingered unused (the connections stay open for the next wait).
     assert!(
         eventually(secs(20), || cluster.nodes.iter().all(|n| n
-            .cli(&["PUBSUB", "NUMSUB", &lock_key("sale")])
+            .cli(&["PUBSUB", "NUMSUB", &notice_channel(&lock_key("sale"))])
             .ends_with("0")))
         .await
     );
@@ -215,7 +216,7 @@ async fn a_lost_notice_falls_back_to_the_retry_delay() {
     let key = lock_key("silent");
     assert!(
         eventually(secs(10), || cluster.nodes[0]
-            .cli(&["PUBSUB", "NUMSUB", &key])
+            .cli(&["PUBSUB", "NUMSUB", &notice_channel(&key)])
             .ends_with('1'))
         .await
     );
@@ -288,10 +289,9 @@ async fn a_paused_node_does_not_lose_the_release() {
     });
     let key = lock_key("p");
     assert!(
-        eventually(secs(10), || cluster
-            .nodes
-            .iter()
-            .all(|n| n.cli(&["PUBSUB", "NUMSUB", &key]).ends_with('1')))
+        eventually(secs(10), || cluster.nodes.iter().all(|n| n
+            .cli(&["PUBSUB", "NUMSUB", &notice_channel(&key)])
+            .ends_with('1')))
         .await
     );
     tokio::time::sleep(ms(100)).await;
@@ -326,7 +326,7 @@ async fn a_cancelled_head_hands_its_place_on() {
     let key = lock_key("q");
     assert!(
         eventually(secs(10), || cluster.nodes[0]
-            .cli(&["PUBSUB", "NUMSUB", &key])
+            .cli(&["PUBSUB", "NUMSUB", &notice_channel(&key)])
             .ends_with('1'))
         .await
     );

@@ -155,6 +155,10 @@ struct Shared {
     /// them, the end of a `Stall` releases held chunks). Its lock is only
     /// ever held for a copy, never across an await.
     fault: watch::Sender<Fault>,
+    /// Where new connections go; [`FaultProxy::repoint`] changes it (a DNS
+    /// name or VIP that now reaches another server). A std mutex, held only
+    /// for a copy.
+    upstream: std::sync::Mutex<SocketAddr>,
     accepted: AtomicU64,
     open: AtomicUsize,
     forwarded: AtomicU64,
@@ -172,7 +176,6 @@ impl Shared {
 #[derive(Debug)]
 pub struct FaultProxy {
     addr: SocketAddr,
-    upstream: SocketAddr,
     shared: Arc<Shared>,
     /// Dropping it stops the accept loop; the proxy thread then drops its
     /// runtime and with it every connection.
@@ -202,6 +205,7 @@ impl FaultProxy {
         };
         let shared = Arc::new(Shared {
             fault: watch::Sender::new(Fault::Pass),
+            upstream: std::sync::Mutex::new(upstream),
             accepted: AtomicU64::new(0),
             open: AtomicUsize::new(0),
             forwarded: AtomicU64::new(0),
@@ -213,13 +217,12 @@ impl FaultProxy {
         let thread = thread::Builder::new()
             .name(format!("proxy-{}", addr.port()))
             .spawn(move || {
-                runtime.block_on(accept_loop(listener, upstream, task_shared, stopped));
+                runtime.block_on(accept_loop(listener, task_shared, stopped));
                 // Drops every connection task, closing both of its sockets.
                 runtime.shutdown_timeout(SHUTDOWN_GRACE);
             })?;
         Ok(FaultProxy {
             addr,
-            upstream,
             shared,
             stop: Some(stop),
             thread: Some(thread),
@@ -241,7 +244,22 @@ impl FaultProxy {
     }
 
     pub fn upstream(&self) -> SocketAddr {
-        self.upstream
+        *self
+            .shared
+            .upstream
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Sends new connections to `upstream` from now on, as a DNS name or a
+    /// VIP that is moved to another server does. Open connections keep
+    /// their server; `set(Fault::Reset)` closes them.
+    pub fn repoint(&self, upstream: SocketAddr) {
+        *self
+            .shared
+            .upstream
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = upstream;
     }
 
     /// Switches the behaviour for open and new connections. Returns at once;
@@ -295,12 +313,7 @@ impl Drop for FaultProxy {
     }
 }
 
-async fn accept_loop(
-    listener: TcpListener,
-    upstream: SocketAddr,
-    shared: Arc<Shared>,
-    mut stop: oneshot::Receiver<()>,
-) {
+async fn accept_loop(listener: TcpListener, shared: Arc<Shared>, mut stop: oneshot::Receiver<()>) {
     loop {
         let accepted = tokio::select! {
             // Fires when the handle is dropped (the sender goes away).
@@ -310,6 +323,10 @@ async fn accept_loop(
         match accepted {
             Ok((client, _)) => {
                 shared.accepted.fetch_add(1, Ordering::Relaxed);
+                let upstream = *shared
+                    .upstream
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
                 tokio::spawn(serve(client, upstream, Arc::clone(&shared)));
             }
             Err(_) => tokio::time::sleep(ACCEPT_ERROR_PAUSE).await,

@@ -1,0 +1,336 @@
+//! Defects found by reading the code against DESIGN.md and by trying the
+//! crate as a new user would, each provoked for real against real servers:
+//! a false takeover, a lost lease that came back, a re-seed that could not
+//! complete with an even number of nodes, a node address that now reaches
+//! another server, fences that expired under a long hold, and key-space
+//! collisions. Each test failed on the code before its fix.
+
+use std::net::{Ipv4Addr, SocketAddr};
+use std::time::{Duration, Instant};
+
+use redfence::{AutoExtend, Client, ConfigError, LossReason, NodeErrorKind, RestartGuard, Retry};
+
+use crate::helpers::{builder, client_with_timeout, eventually, lock_key, ms, secs, warm_up};
+use crate::support::proxy::{Fault, FaultProxy};
+use crate::support::{Cluster, RedisServer};
+
+/// The fence key of `resource` under the default prefix.
+fn fence_key(resource: &str) -> String {
+    format!("{}fence:{resource}", redfence::limits::DEFAULT_PREFIX)
+}
+
+fn proxy_to(server: &RedisServer) -> FaultProxy {
+    FaultProxy::start(SocketAddr::from((Ipv4Addr::LOCALHOST, server.port())))
+        .unwrap_or_else(|e| panic!("starting a proxy to redis {}: {e}", server.port()))
+}
+
+/// Calls of one command on a node, from `INFO commandstats`.
+fn calls(node: &RedisServer, command: &str) -> u64 {
+    let info = node.cli(&["INFO", "commandstats"]);
+    let prefix = format!("cmdstat_{command}:calls=");
+    info.lines()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
+/// A contender that crashed mid-attempt leaves its value on one node. Our
+/// lock is granted by the other two; the watchdog's extends hear the
+/// foreign value on that node every time. It never held our value there,
+/// so that is no evidence of a takeover: the lease stands. The negative
+/// control (our key replaced where it was ours) is still signalled, here
+/// and in `lifecycle::another_owner_on_one_node_is_a_takeover`.
+#[tokio::test]
+async fn a_foreign_key_where_we_never_held_is_not_a_takeover() {
+    let cluster = Cluster::start(3);
+    let client = client_with_timeout(cluster.urls(), ms(200));
+    warm_up(&client, &cluster).await;
+    let key = lock_key("ft");
+    cluster.nodes[2].cli(&["SET", &key, "crashed-contender", "PX", "60000"]);
+    let guard = client
+        .lock("ft", secs(1))
+        .auto_extend(AutoExtend::new())
+        .acquire()
+        .await
+        .unwrap();
+    // About seven extensions (every third of the validity) in 2.5 s.
+    let early = tokio::time::timeout(ms(2500), guard.lost()).await;
+    assert!(
+        early.is_err(),
+        "a lease held on a majority was reported lost: {}",
+        early.unwrap()
+    );
+    assert!(guard.lease().is_valid());
+    assert_eq!(cluster.nodes[2].cli(&["GET", &key]), "crashed-contender");
+    // Negative control: another owner where we did hold the key.
+    cluster.nodes[0].cli(&["SET", &key, "thief", "PX", "60000"]);
+    let lost = tokio::time::timeout(secs(5), guard.lost()).await.unwrap();
+    assert_eq!(lost.reason, LossReason::TakenOver, "{lost}");
+    guard.release().await;
+}
+
+/// The runtime's only thread is blocked past the lease's validity (a long
+/// synchronous call, a GC-like stall), while the keys still live on the
+/// nodes (a large drift allowance keeps them there after the validity).
+/// The lease is lost at its validity's end, and stays lost: the watchdog
+/// must not extend it afterwards, and no extend is sent.
+#[test]
+fn a_lease_that_ran_out_is_not_revived() {
+    let cluster = Cluster::start(3);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let client = builder(cluster.urls())
+            .node_timeout(ms(200))
+            .drift_factor(0.3)
+            .build()
+            .unwrap();
+        warm_up(&client, &cluster).await;
+        // TTL 3 s, drift 0.9 s: valid for about 2.1 s, keys live 3 s.
+        let guard = client
+            .lock("frozen", secs(3))
+            .auto_extend(AutoExtend::new())
+            .acquire()
+            .await
+            .unwrap();
+        let valid_until = guard.valid_until();
+        let extends_before: u64 = cluster.nodes.iter().map(|n| calls(n, "evalsha")).sum();
+        // Blocks the runtime past the validity but not past the keys' TTL.
+        std::thread::sleep(valid_until.saturating_duration_since(Instant::now()) + ms(300));
+        let lost = guard.lost().await;
+        assert_eq!(lost.reason, LossReason::Unreachable, "{lost}");
+        // Give the watchdog every chance to run now.
+        tokio::time::sleep(ms(500)).await;
+        assert!(!guard.lease().is_valid(), "the lease came back");
+        assert_eq!(guard.validity(), Duration::ZERO, "the lease came back");
+        assert!(guard.lease().loss().is_some(), "the loss was not recorded");
+        let extends_after: u64 = cluster.nodes.iter().map(|n| calls(n, "evalsha")).sum();
+        assert_eq!(
+            extends_before, extends_after,
+            "an extend was sent after the validity ran out"
+        );
+        // A manual extend of the lost lease is refused without a round trip.
+        let err = guard.extend(secs(3)).await.unwrap_err();
+        assert!(err.is_lost(), "{err}");
+        guard.release().await;
+    });
+}
+
+/// With two nodes, the re-seed of a young server has only one other node
+/// to read from; quorum intersection among the N − 1 others needs N − q + 1
+/// = 1 answer. A fresh pair, and a pair with one node restarted empty, both
+/// grant fenced locks once the window has passed.
+#[tokio::test]
+async fn two_nodes_reseed_and_vote_after_the_window() {
+    let mut cluster = Cluster::start(2);
+    let client = Client::builder(cluster.urls())
+        .node_timeout(ms(500))
+        .restart_guard(RestartGuard::new().with_window(secs(1)))
+        .build()
+        .unwrap();
+    let patient = || Retry::new().with_max_wait(secs(6));
+    let guard = client
+        .lock("pair", secs(1))
+        .retry(patient())
+        .acquire()
+        .await
+        .expect("a fresh pair grants a fenced lock after the window");
+    let first = guard.token().unwrap();
+    guard.release().await;
+    cluster.node(1).kill();
+    cluster.node(1).restart();
+    let started = Instant::now();
+    let guard = client
+        .lock("pair", secs(1))
+        .retry(patient())
+        .acquire()
+        .await
+        .expect("a pair with a node restarted empty grants again after the window");
+    assert!(
+        started.elapsed() >= ms(900),
+        "the restarted node voted early"
+    );
+    assert!(guard.token().unwrap() > first, "tokens keep increasing");
+    guard.release().await;
+}
+
+/// Four nodes (quorum 3) with one down: the re-seed of a young node has two
+/// of the three others to read from, which is N − q + 1 = 2.
+#[tokio::test]
+async fn four_nodes_with_one_down_reseed_and_vote() {
+    let mut cluster = Cluster::start(4);
+    cluster.node(3).kill();
+    let client = Client::builder(cluster.urls())
+        .node_timeout(ms(500))
+        .restart_guard(RestartGuard::new().with_window(secs(1)))
+        .build()
+        .unwrap();
+    let guard = client
+        .lock("four", secs(1))
+        .retry(Retry::new().with_max_wait(secs(6)))
+        .acquire()
+        .await
+        .expect("three of four nodes grant a fenced lock after the window");
+    assert!(guard.token().is_some());
+    guard.release().await;
+}
+
+/// A node address that now reaches another server (a moved VIP, a replaced
+/// pod) is a restart for the client that knew the old one: that server has
+/// none of our locks. Without this, the client's second acquire gets a
+/// majority from the new server and the node that refused the first one:
+/// two holders at once.
+#[tokio::test]
+async fn an_address_that_reaches_another_server_is_a_restart() {
+    let old = RedisServer::start();
+    let new = RedisServer::start();
+    let others = Cluster::start(2);
+    let proxy = proxy_to(&old);
+    let mut urls = vec![proxy.url()];
+    urls.extend(others.urls());
+    // The window is at least the longest TTL this client asked for.
+    let window = secs(3);
+    let client = Client::builder(urls)
+        .node_timeout(ms(500))
+        .restart_guard(RestartGuard::new().with_window(window))
+        .build()
+        .unwrap();
+    // Every server is older than the window before the first vote.
+    tokio::time::sleep(window + ms(1200)).await;
+    let key = lock_key("vip");
+    // Node 2 is held by someone else: the first lock lives on nodes 0 and 1.
+    others.nodes[1].cli(&["SET", &key, "someone", "PX", "300"]);
+    let first = client
+        .lock("vip", window)
+        .retry(Retry::new().with_max_wait(secs(5)))
+        .acquire()
+        .await
+        .unwrap();
+    assert!(eventually(secs(3), || others.nodes[1].cli(&["EXISTS", &key]) == "0").await);
+    // Node 0's address now reaches the new server; the old connection dies.
+    proxy.repoint(SocketAddr::from((Ipv4Addr::LOCALHOST, new.port())));
+    proxy.set(Fault::Reset);
+    assert!(eventually(secs(3), || proxy.open_connections() == 0).await);
+    proxy.set(Fault::Pass);
+    let mut second = None;
+    let mut restarted = false;
+    for _ in 0..20 {
+        match client.try_acquire("vip", window).await {
+            Ok(Some(guard)) => {
+                second = Some(guard);
+                break;
+            }
+            Ok(None) => {}
+            Err(e) => {
+                restarted |= e
+                    .node_failures()
+                    .iter()
+                    .any(|f| f.index == 0 && matches!(f.kind, NodeErrorKind::Restarted { .. }));
+            }
+        }
+        tokio::time::sleep(ms(50)).await;
+    }
+    assert!(
+        second.is_none(),
+        "a second holder while the first is valid ({:?} left)",
+        first.validity()
+    );
+    assert!(restarted, "node 0 was never reported restarted");
+    first.release().await;
+}
+
+/// A lease auto-extended for longer than the fence retention keeps its
+/// fence: the extends refresh it, so the next token does not rest on the
+/// clients' clocks.
+#[tokio::test]
+async fn extends_keep_the_fence_alive() {
+    let cluster = Cluster::start(3);
+    let client = builder(cluster.urls())
+        .node_timeout(ms(200))
+        .fence_retention(secs(2))
+        .build()
+        .unwrap();
+    warm_up(&client, &cluster).await;
+    let guard = client
+        .lock("long", ms(500))
+        .auto_extend(AutoExtend::new())
+        .acquire()
+        .await
+        .unwrap();
+    tokio::time::sleep(ms(3200)).await;
+    assert!(guard.lease().is_valid(), "{:?}", guard.lease().loss());
+    let key = fence_key("long");
+    let kept = cluster
+        .nodes
+        .iter()
+        .filter(|n| n.cli(&["EXISTS", &key]) == "1")
+        .count();
+    assert!(kept >= 2, "the fence survives on {kept} of 3 nodes");
+    guard.release().await;
+}
+
+/// Key names that could reach another deployment's keys are refused: an
+/// empty prefix (the re-seed would scan `fence:*` across the database) and
+/// a prefix that nests a key kind (`a:lock:` names the keys of resources
+/// `lock:…` under `a:`).
+#[test]
+fn prefixes_that_reach_other_keys_are_refused() {
+    for prefix in ["", "a:lock:", "a:fence:", "lock:", "x:lock:y:"] {
+        let err = builder(["redis://127.0.0.1:1"])
+            .key_prefix(prefix)
+            .build()
+            .unwrap_err();
+        assert!(
+            matches!(err, ConfigError::Prefix { .. }),
+            "{prefix:?}: {err:?}"
+        );
+        crate::helpers::assert_message_style(&err.to_string());
+    }
+    for prefix in ["a:", "a:locks:", "app1:", "redfence:"] {
+        assert!(
+            builder(["redis://127.0.0.1:1"])
+                .key_prefix(prefix)
+                .build()
+                .is_ok(),
+            "{prefix:?}"
+        );
+    }
+}
+
+/// Two deployments on different database indexes of one server share its
+/// pub/sub channels: the release notices of one must not wake the waiters
+/// of the other. Counted with `PUBSUB NUMSUB` on the channels each side
+/// subscribes to: never the same channel.
+#[tokio::test]
+async fn release_notices_stay_within_their_database() {
+    let server = RedisServer::start();
+    let url0 = server.url();
+    let url1 = format!("{}/1", server.url());
+    let a = client_with_timeout([url0], ms(500));
+    let b = client_with_timeout([url1], ms(500));
+    let held_a = a.acquire("shared-name", secs(10)).await.unwrap();
+    let held_b = b.acquire("shared-name", secs(10)).await.unwrap();
+    // One waiter on each side: each subscribes to its release channel.
+    let wait = |c: &Client| {
+        let c = c.clone();
+        tokio::spawn(async move {
+            c.lock("shared-name", secs(10))
+                .retry(Retry::new().with_max_wait(secs(10)))
+                .acquire()
+                .await
+                .map(|g| g.token())
+        })
+    };
+    let (wa, wb) = (wait(&a), wait(&b));
+    assert!(eventually(secs(5), || a.stats().waiting == 1 && b.stats().waiting == 1).await);
+    let channels = server.cli(&["PUBSUB", "CHANNELS", "*shared-name*"]);
+    let names: Vec<&str> = channels.lines().filter(|l| !l.is_empty()).collect();
+    assert_eq!(names.len(), 2, "one channel per database: {names:?}");
+    held_a.release().await;
+    held_b.release().await;
+    assert!(wa.await.unwrap().is_ok());
+    assert!(wb.await.unwrap().is_ok());
+}
