@@ -7,6 +7,7 @@
 use std::time::{Duration, Instant};
 
 use crate::error::Error;
+use crate::validity::later;
 
 /// Automatic extension of a held lock (a "watchdog"): while the guard lives,
 /// a background task extends the lock on a majority of all N nodes every
@@ -147,7 +148,7 @@ impl Schedule {
         let Some(max_hold) = self.max_hold else {
             return Next::Extend(self.ttl);
         };
-        let left = (granted + max_hold).saturating_duration_since(now);
+        let left = later(granted, max_hold).saturating_duration_since(now);
         if left >= self.ttl {
             Next::Extend(self.ttl)
         } else if left > self.node_timeout {

@@ -8,7 +8,7 @@ use crate::autoextend::AutoExtend;
 use crate::client::Client;
 use crate::config::{self, Config};
 use crate::error::ConfigError;
-use crate::limits::{DEFAULT_FENCE_RETENTION, DEFAULT_PREFIX, MAX_NODES, MAX_PREFIX_LEN};
+use crate::limits::{DEFAULT_FENCE_RETENTION, DEFAULT_PREFIX, MAX_NODES, MAX_PREFIX_LEN, MAX_TTL};
 use crate::node::NodeTimeouts;
 use crate::notify::DEFAULT_LOCAL_HANDOFFS;
 use crate::protocol::shared::Shared;
@@ -142,10 +142,12 @@ impl Builder {
     /// How long a resource's fence (one small key per resource and node,
     /// `{prefix}fence:{resource}`) is kept after the resource was last
     /// acquired; it is what makes each token larger than the last. Never
-    /// shorter than the lock's TTL. After it expires on a node, that node
-    /// reseeds the fence from its clock in microseconds, which is above any
-    /// earlier token as long as the node's clock is not behind by more than
-    /// the retention (DESIGN.md, "Fence state"). Defaults to 24 hours.
+    /// shorter than the lock's TTL, and extends of a held lock keep it. After
+    /// it expires on a node, the next fenced acquire seeds it there again
+    /// from the acquiring client's wall clock in microseconds, which is above
+    /// any earlier token as long as that clock is not behind the earlier
+    /// seeding clocks by more than the retention (DESIGN.md, "Fence state").
+    /// Defaults to 24 hours.
     pub fn fence_retention(mut self, retention: Duration) -> Self {
         self.fence_retention = retention;
         self
@@ -216,6 +218,23 @@ impl Builder {
         ] {
             if value.is_zero() {
                 return Err(ConfigError::ZeroDuration(name));
+            }
+        }
+        // Every deadline is `now + setting`: a bound keeps them all
+        // representable (Instant arithmetic panics on overflow).
+        for (value, name) in [
+            (self.node_timeout, "node timeout"),
+            (self.connect_timeout, "connect timeout"),
+            (self.reconnect_backoff_max, "reconnect backoff"),
+            (self.fence_retention, "fence retention"),
+            (self.min_validity, "min validity"),
+        ] {
+            if value > MAX_TTL {
+                return Err(ConfigError::DurationTooLong {
+                    name,
+                    value,
+                    max: MAX_TTL,
+                });
             }
         }
         if self.key_prefix.len() > MAX_PREFIX_LEN {

@@ -52,6 +52,18 @@ pub enum ConfigError {
     /// A duration setting that must be positive is zero.
     #[error("{0} must be greater than zero")]
     ZeroDuration(&'static str),
+    /// A duration setting is longer than it can sensibly be: more than
+    /// [`MAX_TTL`](crate::limits::MAX_TTL) (a year). Such values would only
+    /// push deadlines past what the clock can represent.
+    #[error("{name} {value:?} is longer than the maximum of {max:?}")]
+    DurationTooLong {
+        /// The setting.
+        name: &'static str,
+        /// The value given.
+        value: Duration,
+        /// The largest accepted.
+        max: Duration,
+    },
     /// More than [`MAX_NODES`](crate::limits::MAX_NODES) nodes.
     #[error("{0} nodes configured, more than the maximum of 64")]
     TooManyNodes(usize),

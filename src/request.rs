@@ -19,6 +19,7 @@ use crate::notify::{free_in, Place};
 use crate::protocol::attempt::{attempt, probe};
 use crate::protocol::shared::{Grant, Shared, Target};
 use crate::retry::{jitter, Retry};
+use crate::validity::later;
 
 /// Spread of the retries of clients that wake on a holder's TTL running
 /// out: they all computed about the same instant.
@@ -221,7 +222,7 @@ impl LockRequest {
             let fresh = place.is_none();
             let place = place
                 .get_or_insert_with(|| self.shared.waits.join(&self.shared.nodes, &target.key));
-            let fallback = now + self.retry.pause(attempts, jitter);
+            let fallback = later(now, self.retry.pause(attempts, jitter));
             let expiry = match failure.reason {
                 FailureReason::Contended => free_in(
                     failure.nodes,
@@ -229,7 +230,7 @@ impl LockRequest {
                     failure.granted,
                     &failure.failures,
                 )
-                .map(|d| now + d + jitter(EXPIRY_SPREAD)),
+                .map(|d| later(now, d.saturating_add(jitter(EXPIRY_SPREAD)))),
                 _ => None,
             };
             let wake_at = expiry.map_or(fallback, |e| e.min(fallback)).min(deadline);
@@ -304,8 +305,8 @@ impl LockRequest {
             };
             *heard = before.or(*heard);
             let now = Instant::now();
-            let fallback = now + self.retry.pause(attempts, jitter);
-            let expiry = held_for.map(|d| now + d + jitter(EXPIRY_SPREAD));
+            let fallback = later(now, self.retry.pause(attempts, jitter));
+            let expiry = held_for.map(|d| later(now, d.saturating_add(jitter(EXPIRY_SPREAD))));
             wake_at = expiry.map_or(fallback, |e| e.min(fallback)).min(deadline);
         }
     }
@@ -352,8 +353,8 @@ impl LockRequest {
                     // (the one computed at this waiter's last attempt may be
                     // long past).
                     *heard = Some(head.since);
-                    let fallback = Instant::now() + self.retry.pause(attempts, jitter);
-                    let holder = head.holder_until.map(|t| t + jitter(EXPIRY_SPREAD));
+                    let fallback = later(Instant::now(), self.retry.pause(attempts, jitter));
+                    let holder = head.holder_until.map(|t| later(t, jitter(EXPIRY_SPREAD)));
                     if fresh.is_none() {
                         wake_at = fallback.min(deadline);
                     }

@@ -19,6 +19,8 @@
 
 use std::time::{Duration, Instant};
 
+use crate::validity::later;
+
 /// Whether and how long a node that (re)started recently is kept out of
 /// quorums.
 ///
@@ -94,7 +96,8 @@ impl RestartGuard {
 /// How long a server that started at `started` must still wait before it
 /// votes under `window`, as of `now`; `None` when it votes now.
 pub(crate) fn votes_in(started: Instant, now: Instant, window: Duration) -> Option<Duration> {
-    let votes_from = started.checked_add(window)?;
+    // A window too long to add is "never" (not "now"): saturate.
+    let votes_from = later(started, window);
     let left = votes_from.saturating_duration_since(now);
     (!left.is_zero()).then_some(left)
 }

@@ -55,8 +55,10 @@ impl Retry {
     }
 
     /// Give up once this much time has passed since the first attempt began.
-    /// An attempt already running finishes (it is bounded by the per-node
-    /// timeout), so the acquire returns within `max_wait` + node timeout.
+    /// An attempt already running finishes (each of its rounds is bounded by
+    /// the per-node timeout, and a fenced attempt may need a second round,
+    /// the token write-back), so the acquire returns within `max_wait` + two
+    /// node timeouts.
     /// Defaults to 10 seconds.
     #[must_use]
     pub const fn with_max_wait(mut self, max_wait: Duration) -> Self {

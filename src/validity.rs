@@ -4,7 +4,7 @@
 //! Durations stay `Duration` everywhere in the crate and become milliseconds
 //! only here, at the Redis boundary, with checked arithmetic.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::limits::{DRIFT_CONSTANT, MAX_TTL};
 
@@ -103,10 +103,28 @@ pub(crate) fn node_budget(
     node_timeout.min(useful).max(Duration::from_millis(1))
 }
 
+/// `t + d`, or a point about 30 years after `t` when that overflows: for
+/// durations a user may set as large as they like (a retry delay, a hold
+/// bound, a restart window), where "never" is what `Duration::MAX` means.
+/// `Instant + Duration` panics on overflow.
+pub(crate) fn later(t: Instant, d: Duration) -> Instant {
+    t.checked_add(d).or_else(|| t.checked_add(FAR)).unwrap_or(t)
+}
+
+/// What [`later`] gives for a duration past the end of time.
+const FAR: Duration = Duration::from_secs(30 * 365 * 24 * 3600);
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn later_saturates() {
+        let t = Instant::now();
+        assert_eq!(later(t, ms(5)), t + ms(5));
+        assert!(later(t, Duration::MAX) >= t + Duration::from_secs(365 * 24 * 3600));
+    }
 
     fn ms(n: u64) -> Duration {
         Duration::from_millis(n)

@@ -291,7 +291,7 @@ fn persistence_finding(
     config_error: Option<&str>,
 ) -> Finding {
     // What losing acknowledged writes means for the lock, and the remedy.
-    const RESTART: &str = "a lock it forgot can then be granted to a second holder; after a crash keep the node down for at least the longest lock TTL before it rejoins (the restart guard of a later release enforces this)";
+    const RESTART: &str = "a lock it forgot can then be granted to a second holder; the restart guard (on by default) keeps a restarted node out of quorums for one window; keep it on, with a window of at least the longest lock TTL any client uses";
     match (aof, appendfsync) {
         (Some(true), Some("always")) => Finding::info(
             Check::Persistence,

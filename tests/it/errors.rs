@@ -255,6 +255,33 @@ fn zero_durations() {
 }
 
 #[test]
+fn durations_longer_than_a_year() {
+    let b = || crate::helpers::builder([NOWHERE]);
+    let over = MAX_TTL + Duration::from_secs(1);
+    let cases = [
+        (b().node_timeout(over), "node timeout"),
+        (b().connect_timeout(Duration::MAX), "connect timeout"),
+        (b().reconnect_backoff_max(over), "reconnect backoff"),
+        (b().fence_retention(Duration::MAX), "fence retention"),
+        (b().min_validity(over), "min validity"),
+    ];
+    for (builder, name) in cases {
+        let e = build_error(builder);
+        assert!(
+            matches!(e, ConfigError::DurationTooLong { name: n, max, .. } if n == name && max == MAX_TTL),
+            "{e:?}"
+        );
+        assert!(e.to_string().starts_with(name), "{e}");
+    }
+    // A year exactly is accepted.
+    assert!(b()
+        .node_timeout(MAX_TTL)
+        .min_validity(MAX_TTL)
+        .build()
+        .is_ok());
+}
+
+#[test]
 fn prefix_too_long() {
     let e =
         build_error(crate::helpers::builder([NOWHERE]).key_prefix("p".repeat(MAX_PREFIX_LEN + 1)));
