@@ -289,10 +289,14 @@ impl Node {
         let reply = match first {
             Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
                 // The node restarted (or flushed scripts) since we last used
-                // it. EVAL runs and re-caches in one round trip.
-                if settled.is_set() {
-                    return Err(NodeErrorKind::Skipped);
-                }
+                // it. EVAL runs and re-caches in one round trip. It is sent
+                // even after the round decided: every script acts only on
+                // our own unique value (release, extend, write-back) or only
+                // raises fences (re-seed), so a late run leaves nothing
+                // behind. Skipping it instead left a node that was always
+                // the third to answer without the script, and so without
+                // any extend, for the life of the lease (a watchdog test
+                // found its key expired on one of three nodes).
                 script.eval(keys, args).query_async(&mut conn).await
             }
             other => other,

@@ -334,3 +334,35 @@ async fn release_notices_stay_within_their_database() {
     assert!(wa.await.unwrap().is_ok());
     assert!(wb.await.unwrap().is_ok());
 }
+
+/// A node that is always the last to answer and lost its script cache
+/// (restarted, `SCRIPT FLUSH`): its `NOSCRIPT` comes back after the other
+/// two decided the extend. The `EVAL` that loads the script must still be
+/// sent, or that node never gets the script, never extends, and its key
+/// expires while the lease is held (found by a flaky watchdog test).
+#[tokio::test]
+async fn a_slow_node_that_lost_its_scripts_still_extends() {
+    let cluster = Cluster::start(3);
+    let slow = proxy_to(&cluster.nodes[2]);
+    let mut urls = cluster.urls();
+    urls[2] = slow.url();
+    let client = client_with_timeout(urls, ms(500));
+    warm_up(&client, &cluster).await;
+    let guard = client
+        .lock("slow", ms(900))
+        .auto_extend(AutoExtend::new())
+        .acquire()
+        .await
+        .unwrap();
+    let key = lock_key("slow");
+    assert!(eventually(secs(3), || cluster.nodes[2].cli(&["EXISTS", &key]) == "1").await);
+    cluster.nodes[2].cli(&["SCRIPT", "FLUSH"]);
+    slow.set(Fault::Delay(ms(40)));
+    // Three TTLs: the key on the slow node lives only if extends reach it.
+    tokio::time::sleep(ms(2700)).await;
+    assert!(guard.lease().is_valid(), "{:?}", guard.lease().loss());
+    let left: i64 = cluster.nodes[2].cli(&["PTTL", &key]).parse().unwrap();
+    assert!(left > 0, "the slow node's key is gone (PTTL {left})");
+    slow.set(Fault::Pass);
+    guard.release().await;
+}
