@@ -10,29 +10,15 @@ use std::time::{Duration, Instant};
 
 use redfence::{AutoExtend, Client, ConfigError, LossReason, NodeErrorKind, RestartGuard, Retry};
 
-use crate::helpers::{builder, client_with_timeout, eventually, lock_key, ms, secs, warm_up};
-use crate::support::proxy::{Fault, FaultProxy};
+use crate::helpers::{
+    builder, calls, client_with_timeout, eventually, lock_key, ms, proxy_to, secs, warm_up,
+};
+use crate::support::proxy::Fault;
 use crate::support::{Cluster, RedisServer};
 
 /// The fence key of `resource` under the default prefix.
 fn fence_key(resource: &str) -> String {
     format!("{}fence:{resource}", redfence::limits::DEFAULT_PREFIX)
-}
-
-fn proxy_to(server: &RedisServer) -> FaultProxy {
-    FaultProxy::start(SocketAddr::from((Ipv4Addr::LOCALHOST, server.port())))
-        .unwrap_or_else(|e| panic!("starting a proxy to redis {}: {e}", server.port()))
-}
-
-/// Calls of one command on a node, from `INFO commandstats`.
-fn calls(node: &RedisServer, command: &str) -> u64 {
-    let info = node.cli(&["INFO", "commandstats"]);
-    let prefix = format!("cmdstat_{command}:calls=");
-    info.lines()
-        .find_map(|l| l.strip_prefix(&prefix))
-        .and_then(|rest| rest.split(',').next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(0)
 }
 
 /// A contender that crashed mid-attempt leaves its value on one node. Our

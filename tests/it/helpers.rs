@@ -2,6 +2,9 @@
 
 use std::time::{Duration, Instant};
 
+use std::net::{Ipv4Addr, SocketAddr};
+
+use crate::support::proxy::FaultProxy;
 use crate::support::RedisServer;
 
 /// Every lock key the client writes with the default prefix.
@@ -145,4 +148,22 @@ pub async fn warm_up(client: &redfence::Client, cluster: &crate::support::Cluste
         }
         assert!(Instant::now() < deadline, "nodes never all reached");
     }
+}
+
+/// Calls of one command on a node, from `INFO commandstats` (0 when never
+/// called).
+pub fn calls(node: &RedisServer, command: &str) -> u64 {
+    let info = node.cli(&["INFO", "commandstats"]);
+    let prefix = format!("cmdstat_{command}:calls=");
+    info.lines()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
+/// A fault proxy in front of `server`, on a free loopback port.
+pub fn proxy_to(server: &RedisServer) -> FaultProxy {
+    FaultProxy::start(SocketAddr::from((Ipv4Addr::LOCALHOST, server.port())))
+        .unwrap_or_else(|e| panic!("starting a proxy to redis {}: {e}", server.port()))
 }

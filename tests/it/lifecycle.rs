@@ -12,21 +12,9 @@ use std::time::{Duration, Instant};
 use redfence::{AutoExtend, Error, FailureReason, LossReason, NodeErrorKind, Retry};
 
 use crate::helpers::{
-    client_with_timeout, eventually, lock_key, ms, report, secs, warm_up, LOCK_KEYS,
+    calls, client_with_timeout, eventually, lock_key, ms, report, secs, warm_up, LOCK_KEYS,
 };
-use crate::support::{Cluster, RedisServer};
-
-/// Calls of one command on a node, from `INFO commandstats` (0 when never
-/// called).
-fn calls(node: &RedisServer, command: &str) -> u64 {
-    let info = node.cli(&["INFO", "commandstats"]);
-    let prefix = format!("cmdstat_{command}:calls=");
-    info.lines()
-        .find_map(|l| l.strip_prefix(&prefix))
-        .and_then(|rest| rest.split(',').next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(0)
-}
+use crate::support::Cluster;
 
 /// Sets a flag when dropped: shows that a future was cancelled.
 struct DropFlag(Arc<AtomicBool>);

@@ -10,7 +10,6 @@
 
 use std::future::Future;
 use std::io;
-use std::net::{Ipv4Addr, SocketAddr};
 use std::time::{Duration, Instant};
 
 use redfence::{Client, LockGuard, NodeErrorKind};
@@ -20,8 +19,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::time::timeout;
 
-use crate::helpers::{client_with_timeout, eventually, ms, secs, warm_up, LOCK_KEYS};
-use crate::support::proxy::{Fault, FaultProxy};
+use crate::helpers::{client_with_timeout, eventually, ms, proxy_to, secs, warm_up, LOCK_KEYS};
+use crate::support::proxy::Fault;
 use crate::support::{Cluster, RedisServer};
 
 /// Bound on anything that should happen promptly; hitting it is a failure.
@@ -29,11 +28,6 @@ const PROMPT: Duration = secs(5);
 /// How long a client waits before concluding that a black-holed command got
 /// no answer. Long against a local round trip, short for the suite.
 const SILENCE: Duration = ms(300);
-
-fn proxy_to(server: &RedisServer) -> FaultProxy {
-    FaultProxy::start(SocketAddr::from((Ipv4Addr::LOCALHOST, server.port())))
-        .unwrap_or_else(|e| panic!("starting a proxy to redis {}: {e}", server.port()))
-}
 
 /// `fut`, failing the test if it takes longer than [`PROMPT`].
 async fn prompt<T>(what: &str, fut: impl Future<Output = T>) -> T {
