@@ -218,7 +218,7 @@ mod tests {
             // Any q − 1 holders among the N − 1 others meet any k of them,
             assert!(k + (q - 1) > n - 1, "n = {n}");
             // k is the least that does,
-            assert!((k - 1) + (q - 1) <= n - 1, "n = {n}");
+            assert!((k - 1) + (q - 1) < n, "n = {n}");
             // and the others that kept their fences (N − 1 minus at most
             // N − q that lost them, this node being one) are enough.
             assert!(k <= (n - 1) - (n - q).saturating_sub(1), "n = {n}");
