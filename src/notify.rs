@@ -6,8 +6,9 @@
 //! share one state and one set of invariants (who is head, which notices
 //! count), and split apart they would each need the other's internals.
 //!
-//! - The release script `PUBLISH`es on the lock key's name (a channel, not a
-//!   key) on every node where it deleted the key, with a per-acquisition
+//! - The release script `PUBLISH`es on the lock key's notice channel
+//!   (`{key}@{db}`: pub/sub is server-wide, so the channel names the
+//!   database) on every node where it deleted the key, with a per-acquisition
 //!   notice id as payload; the up to N copies of one release are counted
 //!   once.
 //! - Each client keeps **one** subscription connection per node, shared by
