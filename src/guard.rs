@@ -106,8 +106,9 @@ impl LockGuard {
     /// On failure ([`Error::ExtendFailed`], with per-node detail) nothing is
     /// deleted and the previous validity still stands: the lock expires on
     /// its old schedule unless a later extend succeeds. A lease already
-    /// reported lost ([`Lease::loss`]) is not extended:
-    /// [`Error::LockLost`], without a round trip.
+    /// reported lost ([`Lease::loss`]) or whose validity has run out is not
+    /// extended: [`Error::LockLost`], without a round trip; nor is one whose
+    /// validity ran out while this extend was on its way (a loss is final).
     pub async fn extend(&self, ttl: Duration) -> Result<Duration, Error> {
         if self.lease.expire() {
             return Err(self.lost_error());
