@@ -410,8 +410,10 @@ async fn floor_del(
         .arg(1)
         .arg(key)
         .arg(value)
-        // The notice id the crate publishes with a release.
+        // The notice id the crate publishes with a release, and the notice
+        // channel of the key on database 0 (`{key}@{db}`).
         .arg("0000000000000000")
+        .arg(format!("{key}@0"))
         .query_async(&mut conn)
         .await
 }
