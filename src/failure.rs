@@ -130,9 +130,9 @@ pub enum NodeErrorKind {
         votes_in: Duration,
     },
     /// The node's server was young when this client connected (it may have
-    /// restarted without its data), and its fences are being re-seeded
-    /// from a majority of the other nodes: with fencing it does not vote
-    /// until that is done. Nothing was sent.
+    /// restarted without its data), its restart-guard window is over, and
+    /// its fences are being re-seeded from the other nodes: with fencing it
+    /// does not vote until that is done. Nothing was sent.
     #[error("fences being restored from a majority after a restart (restart guard)")]
     Reseeding,
     /// Not sent: a release to a node the lock never reached, or a request

@@ -359,10 +359,19 @@ impl Node {
         }
         if let Some(vote) = vote {
             let now = Instant::now();
+            if let Some(votes_in) = restart::votes_in(connected.started, now, vote.window) {
+                return Err(NodeErrorKind::Restarted {
+                    uptime: now.saturating_duration_since(connected.started),
+                    votes_in,
+                });
+            }
             // A server already young when we connected may have lost fences
             // (a restart without data): with fencing it votes only once they
-            // are re-seeded from a majority, which starts at once, in
-            // parallel with the window.
+            // are re-seeded from the other nodes. The re-seed starts only
+            // now that the window is over: read earlier, while an attempt
+            // this server granted before its restart still collects grants
+            // elsewhere, the others may not hold that attempt's token yet
+            // (DESIGN.md §6, found by the model check).
             // `uptime_in_seconds` may exceed the real uptime by a second
             // (see `restart::started`): young means possibly younger than
             // the window.
@@ -373,16 +382,10 @@ impl Node {
                     .saturating_sub(Duration::from_secs(1))
                     < vote.window
                 && !self.is_reseeded(&connected.identity.run_id);
-            if unseeded && !self.reseeding.load(Ordering::Acquire) {
-                self.reseed_wanted.store(true, Ordering::Release);
-            }
-            if let Some(votes_in) = restart::votes_in(connected.started, now, vote.window) {
-                return Err(NodeErrorKind::Restarted {
-                    uptime: now.saturating_duration_since(connected.started),
-                    votes_in,
-                });
-            }
             if unseeded {
+                if !self.reseeding.load(Ordering::Acquire) {
+                    self.reseed_wanted.store(true, Ordering::Release);
+                }
                 return Err(NodeErrorKind::Reseeding);
             }
         }
@@ -415,6 +418,17 @@ impl Node {
     pub(crate) fn run_id(&self) -> Option<String> {
         match &self.lock_inner().state {
             State::Ready(c) => Some(c.identity.run_id.clone()),
+            _ => None,
+        }
+    }
+
+    /// The `run_id` of the server on the current connection if its
+    /// restart-guard `window` is over: the re-seed reads nothing before.
+    pub(crate) fn run_id_past_window(&self, window: Duration) -> Option<String> {
+        match &self.lock_inner().state {
+            State::Ready(c) if restart::votes_in(c.started, Instant::now(), window).is_none() => {
+                Some(c.identity.run_id.clone())
+            }
             _ => None,
         }
     }

@@ -139,13 +139,16 @@
 //!   two nodes, and on four with one node not answering, the re-seed is
 //!   stuck and the node never votes again (liveness); safety holds; on odd
 //!   N the thresholds are equal.
-//! * `Reseed::in_parallel` (the library today): the re-seed reads before the
-//!   window is over, while an attempt the node granted before its restart
-//!   still collects grants elsewhere; the node is re-seeded below the token
-//!   that attempt hands out, and a later quorum through it repeats it.
-//! * `Reseed::clock_floor` off (the library today): a source whose fence
-//!   expired answers without it, the copy comes from a source that missed
-//!   the largest token, and a later token is lower.
+//! * `Reseed::in_parallel` (the library before its fix, caught for real by
+//!   `restart::the_reseed_reads_nothing_before_the_window_is_over`): the
+//!   re-seed reads before the window is over, while an attempt the node
+//!   granted before its restart still collects grants elsewhere; the node
+//!   is re-seeded below the token that attempt hands out, and a later
+//!   quorum through it repeats it.
+//! * `Reseed::clock_floor` off (the library before its fix, caught for real
+//!   by `restart::a_reseed_past_an_expired_fence_copies_at_least_the_clock`):
+//!   a source whose fence expired answers without it, the copy comes from
+//!   a source that missed the largest token, and a later token is lower.
 //!
 //! # Why these node counts
 //!
@@ -418,12 +421,12 @@ struct Reseed {
     /// be sources, instead of N − q + 1.
     needs_quorum: bool,
     /// The re-seed reads its sources at once after the restart, in
-    /// parallel with the restart-guard window (the library today), instead
-    /// of once the window is over.
+    /// parallel with the restart-guard window (the library before its fix),
+    /// instead of once the window is over.
     in_parallel: bool,
     /// A value copied from the sources is raised to at least the clock
     /// when some source lacks the fence (it expired there). Without it (the
-    /// library today), an expired fence on a source that held the largest
+    /// library before its fix), an expired fence on a source that held the largest
     /// token lets a lower one be copied.
     clock_floor: bool,
 }

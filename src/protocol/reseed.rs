@@ -22,7 +22,7 @@ use crate::wire::scripts::RESEED;
 const RESEED_CHUNK: usize = 256;
 
 /// Starts the re-seed of every node whose server a fenced vote found young
-/// and not re-seeded (see `Node::ready`).
+/// and not re-seeded, its restart-guard window over (see `Node::ready`).
 pub(crate) fn reseed_if_wanted(shared: &Arc<Shared>) {
     for (index, node) in shared.nodes.iter().enumerate() {
         if !node.take_reseed_wanted() {
@@ -68,6 +68,20 @@ pub(crate) fn reseed_if_wanted(shared: &Arc<Shared>) {
 /// quorum of the others, as an earlier version did, left an even-sized
 /// deployment with a node down (or N = 2) unable ever to re-seed.
 ///
+/// The reads begin only once the target's restart-guard window is over.
+/// The window outlasts every attempt that began before the restart; read
+/// during it, an attempt the server granted before its restart may still
+/// be collecting grants elsewhere, the sources may not hold its token yet,
+/// and the copy can end below it: a later quorum through this node repeats
+/// or undercuts that token (12 steps in the model check, DESIGN.md §6).
+///
+/// Where a source lacks a fence that another source holds (it expired
+/// there: fences expire per node, each its own retention after its last
+/// refresh), the largest among the rest may have missed the largest token
+/// the expired one held; the copy is raised to at least the clock seed,
+/// which a lost fence gets anyway and which is at least every token handed
+/// out while clocks agree (13 steps in the model check without it).
+///
 /// Only nodes that may vote in a fenced request count as sources: a node
 /// itself restarted within the window and not yet re-seeded may have lost
 /// the largest token, and copying from it wrote stale fences (decreasing
@@ -80,19 +94,24 @@ pub(crate) fn reseed_if_wanted(shared: &Arc<Shared>) {
 async fn reseed(shared: &Shared, index: usize) -> Result<(String, usize), String> {
     let nodes = &shared.nodes;
     let target = nodes.get(index).ok_or("no such node")?;
-    let run_id = target.run_id().ok_or("not connected")?;
     let retention = shared.config.fencing.ok_or("fencing is off")?;
+    let vote = shared.vote(true);
+    let window = vote.map_or(Duration::ZERO, |v| v.window);
+    let run_id = target
+        .run_id_past_window(window)
+        .ok_or("not connected, or its restart-guard window is not over")?;
     let retention_ms = retention.as_millis().max(1).to_string();
     let pattern = format!(
         "{}*",
         glob_escape(&fence_key(&shared.config.key_prefix, ""))
     );
     let bound = shared.config.node_timeout.max(Duration::from_secs(1));
-    let mut fences: HashMap<String, u64> = HashMap::new();
+    // Each fence key with the largest value among the sources and how many
+    // sources hold it.
+    let mut fences: HashMap<String, (u64, usize)> = HashMap::new();
     // Other nodes that answered, and those among them whose fences can be
     // trusted (not restarted and still unseeded themselves).
     let (mut answered, mut sources) = (0, 0);
-    let vote = shared.vote(true);
     for (i, node) in nodes.iter().enumerate() {
         if i == index {
             continue;
@@ -102,8 +121,9 @@ async fn reseed(shared: &Shared, index: usize) -> Result<(String, usize), String
                 answered += 1;
                 sources += 1;
                 for (key, value) in read {
-                    let max = fences.entry(key).or_default();
+                    let (max, held_by) = fences.entry(key).or_default();
                     *max = (*max).max(value);
+                    *held_by += 1;
                 }
             }
             Err(NodeErrorKind::Restarted { .. } | NodeErrorKind::Reseeding) => answered += 1,
@@ -116,17 +136,26 @@ async fn reseed(shared: &Shared, index: usize) -> Result<(String, usize), String
             "only {answered} other nodes answered, {needed} are needed"
         ));
     }
-    let keys: Vec<(String, u64)> = if sources >= needed {
-        fences.into_iter().collect()
-    } else {
-        let floor = clock_seed();
+    if sources < needed {
         tracing::warn!(
             sources,
             answered,
             "too few nodes kept their fences: re-seeding with the clock as a floor"
         );
-        fences.into_iter().map(|(k, v)| (k, v.max(floor))).collect()
-    };
+    }
+    // Read after every source was: at least every token handed out before.
+    let floor = clock_seed();
+    let keys: Vec<(String, u64)> = fences
+        .into_iter()
+        .map(|(key, (max, held_by))| {
+            let copied = if sources >= needed && held_by == sources {
+                max
+            } else {
+                max.max(floor)
+            };
+            (key, copied)
+        })
+        .collect();
     for chunk in keys.chunks(RESEED_CHUNK) {
         let names: Vec<&str> = chunk.iter().map(|(k, _)| k.as_str()).collect();
         let values: Vec<String> = chunk.iter().map(|(_, v)| v.to_string()).collect();
@@ -158,14 +187,15 @@ fn reseed_sources(nodes: usize) -> usize {
 }
 
 /// Every fence key matching `pattern` on `node` with its value (`SCAN` and
-/// `MGET`), each call bounded by `bound`.
+/// `MGET`), each call bounded by `bound`. Once per key: `SCAN` may return a
+/// key twice.
 async fn read_fences(
     node: &Node,
     pattern: &str,
     bound: Duration,
     vote: Option<Vote>,
-) -> Result<Vec<(String, u64)>, NodeErrorKind> {
-    let mut out = Vec::new();
+) -> Result<HashMap<String, u64>, NodeErrorKind> {
+    let mut out = HashMap::new();
     let mut cursor = String::from("0");
     loop {
         let reply = tokio::time::timeout(

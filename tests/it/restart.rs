@@ -290,3 +290,134 @@ async fn a_reseed_never_copies_from_a_node_that_lost_its_fences() {
     assert!(token > high, "token {token} after {high}");
     guard.release().await;
 }
+
+/// The re-seed of a restarted node reads the other nodes only once its
+/// window is over. Read during the window, an attempt the server granted
+/// before its restart may still be collecting grants elsewhere, so the
+/// others may not hold that attempt's token yet and the copy can end below
+/// it (the model check's 12-step counterexample, DESIGN.md §6). Seen here
+/// through the sources' `SCAN` counts: none while fenced acquires meet the
+/// young node during its window, some once it is over. Before the fix the
+/// re-seed started at the first fenced vote after the restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_reseed_reads_nothing_before_the_window_is_over() {
+    let mut cluster = Cluster::start(3);
+    let window = secs(4);
+    let client = guarded(&cluster, window);
+    // Past the first window every node votes (fresh servers are young too).
+    patiently(&client, "w", secs(1), "granted")
+        .await
+        .release()
+        .await;
+    // A foreign value on node 2: acquires of "w" need node 0's vote, so
+    // each one asks node 0 (a round decided without it may skip it).
+    let key = crate::helpers::lock_key("w");
+    assert_eq!(cluster.nodes[2].cli(&["SET", &key, "foreign"]), "OK");
+    let scans =
+        |cluster: &Cluster| [1, 2].map(|i| crate::helpers::calls(&cluster.nodes[i], "scan"));
+    let restarted = Instant::now();
+    cluster.node(0).restart();
+    let before = scans(&cluster);
+    let mut met_young = 0;
+    while restarted.elapsed() < secs(1) {
+        if let Err(err) = client.try_acquire("w", secs(1)).await {
+            if restarted_on(&err) == [0] {
+                met_young += 1;
+            }
+        }
+        tokio::time::sleep(ms(100)).await;
+    }
+    tokio::time::sleep(ms(300)).await;
+    let during = scans(&cluster);
+    assert!(
+        restarted.elapsed() < window,
+        "the machine is too slow for this test: {:?} passed",
+        restarted.elapsed()
+    );
+    assert!(met_young > 0, "no fenced vote met the young node");
+    assert_eq!(
+        during, before,
+        "the re-seed read the other nodes during the restart-guard window"
+    );
+    // Once the window is over the next fenced acquire starts the re-seed,
+    // and node 0 votes again afterwards (with node 1: node 2 still refuses).
+    patiently(&client, "w", secs(1), "granted after the window")
+        .await
+        .release()
+        .await;
+    assert!(
+        scans(&cluster)
+            .iter()
+            .zip(before)
+            .all(|(now, then)| *now > then),
+        "the re-seed did not read both other nodes"
+    );
+}
+
+/// Fences expire per node, each its own retention after its last refresh.
+/// Node 0 holds the largest fence (the last token) and node 2 missed the
+/// last grants; node 1 restarts empty, and node 0's fence for the resource
+/// expires. The re-seed of node 1 reads node 0 (no fence) and node 2 (an
+/// older one): copying node 2's value put node 1 below the last token, and
+/// a quorum of nodes 1 and 2 handed out a token no larger (the model
+/// check's 13-step counterexample). Where a source lacks a fence another
+/// holds, the copy is now raised to at least the clock seed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reseed_past_an_expired_fence_copies_at_least_the_clock() {
+    let mut cluster = Cluster::start(3);
+    let client = guarded(&cluster, ms(1500));
+    let older = patiently(&client, "e", secs(1), "granted").await;
+    let older = {
+        let token = older.token().unwrap().get();
+        older.release().await;
+        token
+    };
+    // The last tokens (up to 1,000 more, all below the clock) went through
+    // nodes 0 and 1 only.
+    let key = "redfence:fence:e";
+    let fence = |cluster: &Cluster, node: usize| -> Option<u64> {
+        cluster.nodes[node].cli(&["GET", key]).parse().ok()
+    };
+    let last = older + 1_000;
+    for node in [0, 1] {
+        assert_eq!(
+            cluster.nodes[node].cli(&["SET", key, &last.to_string()]),
+            "OK"
+        );
+    }
+    assert_eq!(
+        fence(&cluster, 2),
+        Some(older),
+        "node 2 missed the last grants"
+    );
+    // Node 0's fence expires (a refresh on node 2 after node 0's last one,
+    // from an attempt that got no quorum, orders the expiries this way).
+    assert_eq!(cluster.nodes[0].cli(&["PEXPIRE", key, "1"]), "1");
+    cluster.node(1).restart();
+    // Fenced acquires of another resource find node 1 young and, after its
+    // window, re-seed it.
+    let deadline = Instant::now() + secs(20);
+    while fence(&cluster, 1).is_none() {
+        assert!(Instant::now() < deadline, "node 1 was never re-seeded");
+        if let Ok(guard) = client
+            .lock("c", secs(1))
+            .retry(Retry::once())
+            .acquire()
+            .await
+        {
+            guard.release().await;
+        }
+        tokio::time::sleep(ms(100)).await;
+    }
+    let reseeded = fence(&cluster, 1).unwrap();
+    // A quorum of nodes 1 and 2.
+    cluster.node(0).pause();
+    let guard = patiently(&client, "e", secs(1), "granted by nodes 1 and 2").await;
+    let token = guard.token().unwrap().get();
+    guard.release().await;
+    cluster.node(0).resume();
+    assert!(
+        token > last,
+        "token {token} after {last} (node 1 was re-seeded to {reseeded})"
+    );
+}

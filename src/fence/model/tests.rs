@@ -323,8 +323,8 @@ fn reseed_quorum_threshold_is_caught() {
     assert!(r.liveness.is_some());
 }
 
-/// Negative control (the library today): the re-seed reads its sources at
-/// once, in parallel with the window, while an attempt that the node
+/// Negative control (the library before its fix): the re-seed reads its
+/// sources at once, in parallel with the window, while an attempt that the node
 /// granted before it restarted still collects grants elsewhere; the node
 /// is re-seeded below the token that attempt then hands out.
 #[test]
@@ -340,8 +340,8 @@ fn reseed_in_parallel_with_the_window_is_caught() {
     );
 }
 
-/// Negative control (the library today): a source whose fence expired
-/// answers without it, and the re-seed copies a lower fence from another
+/// Negative control (the library before its fix): a source whose fence
+/// expired answers without it, and the re-seed copies a lower fence from another
 /// source without the clock floor.
 #[test]
 fn reseed_without_clock_floor_after_an_expiry_is_caught() {
