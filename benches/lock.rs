@@ -1649,11 +1649,11 @@ impl Bench {
              separate one for the 1-node runs and floor 1); each row {warmup:.2} s warm-up + \
              {measure:.2} s measured ({SLICES} interleaved slices for healthy rows); TTL {} s; \
              node_timeout 100 ms (default); `redfence N nodes` = default client (fencing on, \
-             retention {} h), `redfence plain N nodes` = fencing(false); contention: one \
+             {} fence buckets), `redfence plain N nodes` = fencing(false); contention: one \
              fenced client per task, max_wait {} s",
             self.rt.metrics().num_workers(),
             TTL.as_secs(),
-            redfence::limits::DEFAULT_FENCE_RETENTION.as_secs() / 3600,
+            redfence::limits::FENCE_BUCKETS,
             CONTENTION_MAX_WAIT.as_secs()
         )
     }

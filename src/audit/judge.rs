@@ -238,8 +238,9 @@ fn role_finding(role: Option<&Role>, role_error: Option<&str>) -> Option<Finding
     })
 }
 
-/// Lock keys carry a TTL and fences a retention, so any policy but
-/// `noeviction` can remove them under memory pressure.
+/// Lock keys carry a TTL, so any policy but `noeviction` can remove them
+/// under memory pressure (`volatile-*` ones only keys with a TTL; fences
+/// have none, so only `allkeys-*` ones can evict a fence).
 fn eviction_finding(
     policy: Option<&str>,
     maxmemory: Option<u64>,

@@ -58,6 +58,9 @@ pub(crate) async fn attempt(
     shared.counters.count(Event::Attempt);
     let vote = shared.vote(true);
     let (key, value, ttl_ms) = (&*held.key, &*held.value, target.ttl.millis());
+    // The floor of the token where a granting node's fence was never
+    // seeded, read before anything is sent (`fence::merge_seeded`).
+    let seed = clock_seed();
     // One request per node and the parser of its reply (the node's new
     // fence; 0 without fencing).
     let (request, parse): (Acquire, Parse) = match &target.fence {
@@ -72,14 +75,12 @@ pub(crate) async fn attempt(
             parse_probed_set,
         ),
         // With fencing, the SET NX and the fence's move in one MULTI/EXEC.
-        Some((fence_key, retention)) => {
+        Some(fence_key) => {
             let fenced = FencedAcquire {
                 key,
                 value,
                 ttl_ms,
                 fence_key,
-                retention_ms: retention,
-                seed: clock_seed(),
                 probe,
             };
             (Acquire::Pipeline(fenced.pipeline()), parse_fenced)
@@ -110,7 +111,7 @@ pub(crate) async fn attempt(
     let start = round.outcome?;
     let token = match &target.fence {
         None => None,
-        Some(_) => Some(settle_token(shared, target, &held, start, &round.values).await?),
+        Some(_) => Some(settle_token(shared, target, &held, start, &round.values, seed).await?),
     };
     cleanup.disarm();
     shared.counters.count(Event::Acquired);

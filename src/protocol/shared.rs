@@ -50,8 +50,8 @@ pub(crate) struct Target {
     pub(crate) key: Arc<str>,
     pub(crate) ttl: Ttl,
     pub(crate) drift: Duration,
-    /// The fence key and its retention (≥ TTL) in ms, when fencing is on.
-    pub(crate) fence: Option<(Arc<str>, Arc<str>)>,
+    /// The fence key of the resource's bucket, when fencing is on.
+    pub(crate) fence: Option<Arc<str>>,
 }
 
 /// What a lock needs to be extended or released: its key, its secret value,
@@ -139,12 +139,7 @@ impl Shared {
             });
         }
         let prefix = &self.config.key_prefix;
-        // The fence must outlive every lock on it; the retention is the
-        // longer of the two.
-        let fence = self.config.fencing.map(|retention| {
-            let keep = retention.max(checked.duration()).as_millis().max(1);
-            (fence_key(prefix, resource), keep.to_string().into())
-        });
+        let fence = self.config.fencing.then(|| fence_key(prefix, resource));
         Ok(Target {
             resource: resource.into(),
             key: lock_key(prefix, resource),
@@ -162,7 +157,7 @@ impl Shared {
         let window = self.config.restart_guard.window(longest)?;
         Some(Vote {
             window,
-            fenced: fenced && self.config.fencing.is_some(),
+            fenced: fenced && self.config.fencing,
         })
     }
 }

@@ -5,8 +5,11 @@
 //! Acquiring is not a script: a plain `SET key value NX PX ttl` without
 //! fencing, and a `MULTI`/`EXEC` transaction with it (`wire::commands`):
 //! a Lua script costs the server several times the CPU of the commands it
-//! wraps (measured on Redis 7.0: ~10 µs for a script around one `SET`, ~3 µs
-//! for the `SET`), and the acquire needs no decision between its steps.
+//! wraps (measured on Redis 7.0.15, 200,000 pipelined acquires on distinct
+//! keys: `SET NX PX` 3.0–3.9 µs of server CPU each; the fenced acquire as
+//! `MULTI`, `SET NX PX`, `INCR`, `EXEC` 5.8–6.4 µs; the same two commands in
+//! a script 10.4–11.1 µs), and the acquire needs no decision between its
+//! steps.
 //! Release, extend and the token write-back must compare before acting,
 //! atomically, so they are scripts. Keys always travel in `KEYS[]` and
 //! values in `ARGV[]`; nothing is spliced into script text, so the scripts
@@ -93,16 +96,14 @@ impl Script {
 pub(crate) static RELEASE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("lua/release.lua")));
 
-/// Reset the expiry only if the key still holds our value, and with
-/// fencing keep the resource's fence for its retention from now: a lease
-/// extended for longer than the retention must not lose its fence while it
-/// is held (the next token would then rest on the clients' clocks). Returns
+/// Reset the expiry only if the key still holds our value (fences never
+/// expire, so nothing else needs keeping alive). Returns
 /// 1 when extended, 0 when absent, -1 when another owner's value is there
 /// (the watchdog treats that as the lock taken over where it was ours).
 /// Never deletes: an extend that falls short leaves the lock to expire on
 /// its old schedule.
 ///
-/// KEYS: lock key[, fence key]. ARGV: value, ttl ms[, retention ms].
+/// KEYS: lock key. ARGV: value, ttl ms.
 pub(crate) static EXTEND: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("lua/extend.lua")));
 
@@ -114,16 +115,16 @@ pub(crate) static EXTEND: LazyLock<Script> =
 /// compared as decimal strings (length, then bytes: `INCR` writes them
 /// without leading zeros), exact over the whole range.
 ///
-/// KEYS: lock key, fence key. ARGV: value, token, retention ms.
+/// KEYS: lock key, fence key. ARGV: value, token.
 pub(crate) static WRITE_BACK: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("lua/write_back.lua")));
 
 /// The restart guard's re-seed: raises each fence in `KEYS` to the value in
-/// the same position of `ARGV` (the largest a majority of the other nodes
-/// holds), never lowers one. Same decimal-string comparison as the
-/// write-back. Returns the number of keys.
+/// the same position of `ARGV` (the largest the other nodes read hold),
+/// never lowers one. Same decimal-string comparison as the write-back.
+/// Returns the number of keys.
 ///
-/// KEYS: fence keys. ARGV: values, then the retention in ms.
+/// KEYS: fence keys. ARGV: values.
 pub(crate) static RESEED: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("lua/reseed.lua")));
 

@@ -16,11 +16,6 @@ use crate::helpers::{
 use crate::support::proxy::Fault;
 use crate::support::{Cluster, RedisServer};
 
-/// The fence key of `resource` under the default prefix.
-fn fence_key(resource: &str) -> String {
-    format!("{}fence:{resource}", redfence::limits::DEFAULT_PREFIX)
-}
-
 /// A contender that crashed mid-attempt leaves its value on one node. Our
 /// lock is granted by the other two; the watchdog's extends hear the
 /// foreign value on that node every time. It never held our value there,
@@ -226,36 +221,6 @@ async fn an_address_that_reaches_another_server_is_a_restart() {
     );
     assert!(restarted, "node 0 was never reported restarted");
     first.release().await;
-}
-
-/// A lease auto-extended for longer than the fence retention keeps its
-/// fence: the extends refresh it, so the next token does not rest on the
-/// clients' clocks.
-#[tokio::test]
-async fn extends_keep_the_fence_alive() {
-    let cluster = Cluster::start(3);
-    let client = builder(cluster.urls())
-        .node_timeout(ms(200))
-        .fence_retention(secs(2))
-        .build()
-        .unwrap();
-    warm_up(&client, &cluster).await;
-    let guard = client
-        .lock("long", ms(500))
-        .auto_extend(AutoExtend::new())
-        .acquire()
-        .await
-        .unwrap();
-    tokio::time::sleep(ms(3200)).await;
-    assert!(guard.lease().is_valid(), "{:?}", guard.lease().loss());
-    let key = fence_key("long");
-    let kept = cluster
-        .nodes
-        .iter()
-        .filter(|n| n.cli(&["EXISTS", &key]) == "1")
-        .count();
-    assert!(kept >= 2, "the fence survives on {kept} of 3 nodes");
-    guard.release().await;
 }
 
 /// Key names that could reach another deployment's keys are refused: an
