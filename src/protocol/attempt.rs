@@ -44,7 +44,7 @@ pub(crate) async fn attempt(
 ) -> Result<Grant, QuorumFailure> {
     let mut held = Held {
         key: target.key.clone(),
-        value: lock_value(&shared.id),
+        value: lock_value(&shared.id_text),
         notice: rand::random(),
         granted: false,
         sent: all_nodes(shared.nodes.len()),

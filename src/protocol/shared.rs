@@ -15,7 +15,7 @@ use crate::fanout::{node_set, NodeSet};
 use crate::fence::FencingToken;
 use crate::node::{Node, Vote};
 use crate::notify::Waits;
-use crate::resource::{fence_key, lock_key, validate};
+use crate::resource::{fence_bucket, fence_keys, lock_key, validate};
 use crate::stats::Counters;
 use crate::validity::{Ttl, TtlProblem};
 
@@ -25,6 +25,10 @@ pub(crate) struct Shared {
     /// Identifies this client in lock values (`{id}:{secret}`), so keys seen
     /// in Redis can be traced back to a process.
     pub(crate) id: uuid::Uuid,
+    /// `id` as text, formatted once (every attempt's value starts with it).
+    pub(crate) id_text: Arc<str>,
+    /// The fence key of every bucket, named once (with fencing on).
+    fence_keys: Vec<Arc<str>>,
     pub(crate) counters: Counters,
     /// The longest TTL requested so far, in ms: the restart guard's
     /// default window.
@@ -106,10 +110,17 @@ impl Shared {
     pub(crate) fn new(nodes: Vec<Arc<Node>>, config: Config) -> Arc<Self> {
         let id = uuid::Uuid::new_v4();
         let waits = Waits::new(&id, config.max_local_handoffs);
+        let fence_keys = if config.fencing {
+            fence_keys(&config.key_prefix)
+        } else {
+            Vec::new()
+        };
         Arc::new(Self {
             nodes,
             config,
             id,
+            id_text: id.to_string().into(),
+            fence_keys,
             counters: Counters::default(),
             longest_ttl_ms: AtomicU64::new(0),
             waits,
@@ -139,7 +150,10 @@ impl Shared {
             });
         }
         let prefix = &self.config.key_prefix;
-        let fence = self.config.fencing.then(|| fence_key(prefix, resource));
+        let fence = self
+            .fence_keys
+            .get(usize::from(fence_bucket(resource)))
+            .cloned();
         Ok(Target {
             resource: resource.into(),
             key: lock_key(prefix, resource),

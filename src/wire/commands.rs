@@ -14,8 +14,13 @@ use crate::failure::NodeErrorKind;
 /// a script: a Lua script costs the server ~5× the CPU of the command it
 /// wraps.
 pub(crate) fn set_nx(key: &str, value: &str, ttl_ms: u64) -> Cmd {
-    let mut set = redis::cmd("SET");
-    set.arg(key).arg(value).arg("NX").arg("PX").arg(ttl_ms);
+    let mut set = Cmd::with_capacity(6, 3 + key.len() + value.len() + 2 + 2 + 20);
+    set.arg("SET")
+        .arg(key)
+        .arg(value)
+        .arg("NX")
+        .arg("PX")
+        .arg(ttl_ms);
     set
 }
 
