@@ -6,10 +6,9 @@
 //!
 //! The protocol this serves:
 //! 1. Each node, atomically with granting the lock key, sets the fence of
-//!    the resource's bucket to `fence + 1` and returns it (1, 2, … for a
-//!    fence it did not have: unseeded).
-//! 2. The client takes `T` = the largest fence among the granting nodes,
-//!    at least its clock + 1 when one of them was unseeded.
+//!    the resource's bucket to `fence + 1` (seeded from the client's clock
+//!    when it has none) and returns it.
+//! 2. The client takes `T` = the largest fence among the granting nodes.
 //! 3. If fewer than a quorum of the N nodes returned `T`, the client writes
 //!    `T` back (`fence = max(fence, T)`) to the granting nodes, only where
 //!    its lock key is still there, and hands the guard out only once a
@@ -81,31 +80,6 @@ pub(crate) fn merge(fences: &[u64]) -> Option<Merge> {
     Some(Merge { token, stored })
 }
 
-/// Fences below this were never seeded: a fence key that was absent (the
-/// bucket's first use on a node, or a node that lost its data) comes back
-/// from the acquire's `INCR` as 1, 2, …, while every seeded fence is at
-/// least a clock seed (microseconds since 1970, about 1.8 × 10^15 today).
-/// 2^40 µs is 12.7 days after the epoch: a clock that far behind only
-/// makes more fences count as unseeded, which raises tokens (safe).
-pub(crate) const SEEDED: u64 = 1 << 40;
-
-/// [`merge`], with the clock as a floor where a granting node's fence was
-/// never seeded: the token is then at least `seed + 1` (`seed` read from
-/// the clock before the acquire was sent), which is what seeding that
-/// fence before the `INCR` would have given, and no node stores it yet, so
-/// it is written back before it is handed out.
-pub(crate) fn merge_seeded(fences: &[u64], seed: u64) -> Option<Merge> {
-    let merged = merge(fences)?;
-    let floor = seed.saturating_add(1);
-    if merged.token >= floor || fences.iter().all(|&f| f >= SEEDED) {
-        return Some(merged);
-    }
-    Some(Merge {
-        token: floor,
-        stored: 0,
-    })
-}
-
 impl Merge {
     /// Whether the token must be written back before the guard is handed
     /// out: it is on fewer than `quorum` nodes.
@@ -123,8 +97,8 @@ pub(crate) fn next_fence(fence: u64) -> u64 {
     fence.saturating_add(1)
 }
 
-/// The floor of a token where a fence was never seeded (see
-/// [`merge_seeded`]), and of a re-seed that could not read enough nodes:
+/// The seed of a fence the acquire finds absent, and the floor of a
+/// re-seed that could not read enough nodes:
 /// this machine's wall clock in microseconds since the Unix epoch. The only
 /// use of the wall clock in the crate, and not a timing decision: it only
 /// makes a fresh fence start above the tokens of fences that were lost,
@@ -178,46 +152,6 @@ mod tests {
         );
         assert!(m.needs_write_back(2));
         assert!(!merge(&[4, 4]).unwrap().needs_write_back(2));
-    }
-
-    #[test]
-    fn unseeded_fences_take_the_clock_as_a_floor() {
-        let seed = 1_800_000_000_000_000;
-        // Every fence seeded: the plain merge, clock or not.
-        assert_eq!(
-            merge_seeded(&[seed + 5, seed + 7], 0),
-            merge(&[seed + 5, seed + 7])
-        );
-        assert_eq!(
-            merge_seeded(&[SEEDED, SEEDED], seed),
-            merge(&[SEEDED, SEEDED])
-        );
-        // One fence unseeded, the others above the clock: the plain merge
-        // (the write-back raises the unseeded node).
-        let m = merge_seeded(&[1, seed + 9, seed + 9], seed).unwrap();
-        assert_eq!(
-            m,
-            Merge {
-                token: seed + 9,
-                stored: 2
-            }
-        );
-        // Unseeded, and nothing above the clock: the clock + 1, stored
-        // nowhere yet, so it is written back.
-        for fences in [&[1, 2][..], &[1, seed - 3], &[SEEDED - 1], &[1, seed]] {
-            let m = merge_seeded(fences, seed).unwrap();
-            assert_eq!(
-                m,
-                Merge {
-                    token: seed + 1,
-                    stored: 0
-                },
-                "{fences:?}"
-            );
-            assert!(m.needs_write_back(1));
-        }
-        assert_eq!(merge_seeded(&[], seed), None);
-        assert_eq!(merge_seeded(&[1], u64::MAX).unwrap().token, u64::MAX);
     }
 
     #[test]

@@ -21,13 +21,18 @@ use crate::resource::lock_value;
 use crate::stats::Event;
 use crate::wire::commands::{
     parse_fenced, parse_held, parse_probed_set, parse_set, pttl, set_nx, set_nx_probed,
-    FencedAcquire,
 };
+use crate::wire::scripts::ACQUIRE;
 
 /// The acquire as sent to each node.
 enum Acquire {
     Command(Cmd),
     Pipeline(Pipeline),
+    /// The fenced acquire script: its keys and arguments.
+    Fenced {
+        keys: [Arc<str>; 2],
+        args: Vec<Vec<u8>>,
+    },
 }
 
 /// The parser of an acquire's reply: the node's new fence (0 without
@@ -58,9 +63,6 @@ pub(crate) async fn attempt(
     shared.counters.count(Event::Attempt);
     let vote = shared.vote(true);
     let (key, value, ttl_ms) = (&*held.key, &*held.value, target.ttl.millis());
-    // The floor of the token where a granting node's fence was never
-    // seeded, read before anything is sent (`fence::merge_seeded`).
-    let seed = clock_seed();
     // One request per node and the parser of its reply (the node's new
     // fence; 0 without fencing).
     let (request, parse): (Acquire, Parse) = match &target.fence {
@@ -74,16 +76,18 @@ pub(crate) async fn attempt(
             Acquire::Pipeline(set_nx_probed(key, value, ttl_ms)),
             parse_probed_set,
         ),
-        // With fencing, the SET NX and the fence's move in one MULTI/EXEC.
+        // With fencing, the SET NX and the fence's move in one script.
         Some(fence_key) => {
-            let fenced = FencedAcquire {
-                key,
-                value,
-                ttl_ms,
-                fence_key,
-                probe,
-            };
-            (Acquire::Pipeline(fenced.pipeline()), parse_fenced)
+            let mut args = vec![
+                value.as_bytes().to_vec(),
+                ttl_ms.to_string().into_bytes(),
+                clock_seed().to_string().into_bytes(),
+            ];
+            if probe {
+                args.push(b"1".to_vec());
+            }
+            let keys = [held.key.clone(), fence_key.clone()];
+            (Acquire::Fenced { keys, args }, parse_fenced)
         }
     };
     let request = Arc::new(request);
@@ -98,6 +102,12 @@ pub(crate) async fn attempt(
             async move {
                 let reply = match &*request {
                     Acquire::Command(cmd) => node.run_command(cmd, &settled, vote).await?,
+                    Acquire::Fenced { keys, args } => {
+                        let keys: [&str; 2] = [&keys[0], &keys[1]];
+                        let args: Vec<&[u8]> = args.iter().map(Vec::as_slice).collect();
+                        node.run_script(&ACQUIRE, &keys, &args, &settled, false, vote)
+                            .await?
+                    }
                     Acquire::Pipeline(pipe) => node.run_pipeline(pipe, &settled, vote).await?,
                 };
                 parse(reply)
@@ -111,7 +121,7 @@ pub(crate) async fn attempt(
     let start = round.outcome?;
     let token = match &target.fence {
         None => None,
-        Some(_) => Some(settle_token(shared, target, &held, start, &round.values, seed).await?),
+        Some(_) => Some(settle_token(shared, target, &held, start, &round.values).await?),
     };
     cleanup.disarm();
     shared.counters.count(Event::Acquired);

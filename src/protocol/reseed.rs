@@ -10,7 +10,7 @@ use std::time::Duration;
 use tracing::Instrument;
 
 use crate::failure::NodeErrorKind;
-use crate::fence::{clock_seed, SEEDED};
+use crate::fence::clock_seed;
 use crate::node::{Node, Settled, Vote};
 use crate::protocol::shared::Shared;
 use crate::quorum::quorum;
@@ -76,10 +76,9 @@ pub(crate) fn reseed_if_wanted(shared: &Arc<Shared>) {
 /// and the copy can end below it: a later quorum through this node repeats
 /// or undercuts that token (12 steps in the model check, DESIGN.md §6).
 ///
-/// Where a source lacks a fence that another source holds (never seeded
-/// there: a value below [`SEEDED`] counts as absent; fences no longer
-/// expire, but a fence lost some other way, or one from before an upgrade,
-/// is the same case), the largest among the rest may have missed the
+/// Where a source lacks a fence that another source holds (fences no
+/// longer expire, but one can be lost some other way: an `allkeys-*`
+/// eviction, a hand), the largest among the rest may have missed the
 /// largest token the missing one held; the copy is raised to at least the
 /// clock seed, which a lost fence gets anyway and which is at least every
 /// token handed out while clocks agree (13 steps in the model check
@@ -186,8 +185,8 @@ fn reseed_sources(nodes: usize) -> usize {
     }
 }
 
-/// The seeded fences among `keys` on `node` (one `MGET`), bounded by
-/// `bound`. A value below [`SEEDED`] was never seeded and counts as absent.
+/// The fences among `keys` that `node` holds (one `MGET`), bounded by
+/// `bound`.
 async fn read_fences(
     node: &Node,
     keys: &[Arc<str>],
@@ -201,10 +200,7 @@ async fn read_fences(
     )
     .await
     .map_err(|_| NodeErrorKind::Timeout(bound))??;
-    Ok(parse_fences(names, reply)
-        .into_iter()
-        .filter(|&(_, f)| f >= SEEDED)
-        .collect())
+    Ok(parse_fences(names, reply).into_iter().collect())
 }
 
 #[cfg(test)]

@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use crate::failure::{FailureReason, Phase, QuorumFailure};
 use crate::fanout::{FanOut, NodeSet};
-use crate::fence::{merge_seeded, FencingToken};
+use crate::fence::{merge, FencingToken};
 use crate::protocol::round::{classify_failure, quorum_failure};
 use crate::protocol::shared::{Held, Shared, Target};
 use crate::quorum::{quorum, Decision, Tally};
@@ -28,13 +28,12 @@ pub(crate) async fn settle_token(
     held: &Held,
     start: Instant,
     fences: &[(usize, u64)],
-    seed: u64,
 ) -> Result<FencingToken, QuorumFailure> {
     let config = &shared.config;
     let nodes = &shared.nodes;
     let values: Vec<u64> = fences.iter().map(|&(_, f)| f).collect();
     let quorum = quorum(nodes.len());
-    let Some(merged) = merge_seeded(&values, seed) else {
+    let Some(merged) = merge(&values) else {
         // A granted round has grants; never reached.
         return Err(quorum_failure(
             Phase::WriteBack,

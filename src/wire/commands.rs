@@ -34,49 +34,6 @@ pub(crate) fn set_nx_probed(key: &str, value: &str, ttl_ms: u64) -> Pipeline {
     pipe
 }
 
-/// The fenced acquire, as one transaction (DESIGN.md, section 6):
-///
-/// ```text
-/// MULTI
-/// SET lock value NX PX ttl   -- the grant
-/// INCR fence                 -- the bucket's fence; every attempt moves it
-/// [PTTL lock]                -- a waiter's retry: the holder's TTL
-/// EXEC
-/// ```
-///
-/// One round trip, about 2.5 µs of server CPU more than the `SET` alone and
-/// less than half what the same two commands cost as a Lua script. A fence
-/// that was absent comes back from `INCR` as a small number, below
-/// [`SEEDED`](crate::fence::SEEDED): the client then takes the clock as a
-/// floor (`fence::merge`) instead of the node seeding it, which would cost
-/// a `SET fence seed NX` (about 1.8 µs more) on every acquire. The fence
-/// moves on refused attempts too: harmless (fences only have to grow), and
-/// it keeps nodes level under contention, where moving only on grants would
-/// leave the nodes that refused behind. `INCR` is exact over the whole `i64`
-/// range.
-pub(crate) struct FencedAcquire<'a> {
-    pub(crate) key: &'a str,
-    pub(crate) value: &'a str,
-    pub(crate) ttl_ms: u64,
-    pub(crate) fence_key: &'a str,
-    /// Add the `PTTL` of a waiter's retry.
-    pub(crate) probe: bool,
-}
-
-impl FencedAcquire<'_> {
-    pub(crate) fn pipeline(&self) -> Pipeline {
-        let mut pipe = redis::pipe();
-        pipe.atomic()
-            .add_command(set_nx(self.key, self.value, self.ttl_ms))
-            .cmd("INCR")
-            .arg(self.fence_key);
-        if self.probe {
-            pipe.cmd("PTTL").arg(self.key);
-        }
-        pipe
-    }
-}
-
 /// `PTTL key`.
 pub(crate) fn pttl(key: &str) -> Cmd {
     let mut cmd = redis::cmd("PTTL");
@@ -103,22 +60,20 @@ pub(crate) fn parse_set(reply: Value) -> Result<(), NodeErrorKind> {
     }
 }
 
-/// The fenced acquire's replies (the two not ignored): the lock `SET` and
-/// the `INCR`. The node's new fence when granted; `HeldByOther` when the
-/// `SET NX` found another owner.
+/// The fenced acquire script's reply: the node's new fence when granted
+/// (an integer); `{fence}` or `{fence, PTTL}` when the `SET NX` found
+/// another owner (`HeldByOther`, with the holder's TTL when probed).
 pub(crate) fn parse_fenced(reply: Value) -> Result<u64, NodeErrorKind> {
-    let Value::Array(items) = reply else {
-        return Err(unexpected(reply));
-    };
-    match items.as_slice() {
-        [set, Value::Int(fence), rest @ ..] if *fence > 0 && rest.len() <= 1 => {
-            match (parse_set(set.clone()), rest.first()) {
-                (Ok(()), _) => Ok(fence.unsigned_abs()),
-                (Err(NodeErrorKind::HeldByOther { .. }), Some(pttl)) => Err(held_for(pttl)?),
-                (Err(e), _) => Err(e),
+    match reply {
+        Value::Int(fence) if fence > 0 => Ok(fence.unsigned_abs()),
+        Value::Array(items) => match items.as_slice() {
+            [Value::Int(fence)] if *fence > 0 => {
+                Err(NodeErrorKind::HeldByOther { expires_in: None })
             }
-        }
-        _ => Err(unexpected(Value::Array(items))),
+            [Value::Int(fence), pttl] if *fence > 0 => Err(held_for(pttl)?),
+            _ => Err(unexpected(Value::Array(items))),
+        },
+        other => Err(unexpected(other)),
     }
 }
 
@@ -236,21 +191,27 @@ mod tests {
 
     #[test]
     fn fenced_replies() {
-        let reply = |set: Value, fence: i64| Value::Array(vec![set, Value::Int(fence)]);
-        assert_eq!(parse_fenced(reply(Value::Okay, 7)).unwrap(), 7);
+        assert_eq!(parse_fenced(Value::Int(7)).unwrap(), 7);
         assert_eq!(
-            parse_fenced(reply(Value::Okay, i64::MAX)).unwrap(),
+            parse_fenced(Value::Int(i64::MAX)).unwrap(),
             i64::MAX.unsigned_abs()
         );
         assert!(matches!(
-            parse_fenced(reply(Value::Nil, 8)),
+            parse_fenced(Value::Array(vec![Value::Int(8)])),
             Err(NodeErrorKind::HeldByOther { expires_in: None })
         ));
+        assert!(matches!(
+            parse_fenced(Value::Array(vec![Value::Int(8), Value::Int(1500)])),
+            Err(NodeErrorKind::HeldByOther {
+                expires_in: Some(d)
+            }) if d == Duration::from_millis(1500)
+        ));
         for bad in [
-            reply(Value::Okay, 0),
-            reply(Value::Okay, -1),
-            reply(Value::Int(1), 3),
+            Value::Int(0),
+            Value::Int(-1),
+            Value::Array(vec![Value::Int(0)]),
             Value::Array(vec![Value::Okay]),
+            Value::Array(vec![]),
             Value::Okay,
             Value::Nil,
         ] {
@@ -259,38 +220,6 @@ mod tests {
                 "{bad:?}"
             );
         }
-    }
-
-    #[test]
-    fn fenced_acquire_is_one_transaction() {
-        let pipe = FencedAcquire {
-            key: "redfence:lock:r",
-            value: "v",
-            ttl_ms: 5000,
-            fence_key: "redfence:fence:{7}",
-            probe: false,
-        }
-        .pipeline();
-        let packed = String::from_utf8(pipe.get_packed_pipeline()).unwrap();
-        let words: Vec<&str> = packed
-            .split("\r\n")
-            .filter(|w| !w.starts_with(['*', '$']) && !w.is_empty())
-            .collect();
-        assert_eq!(
-            words,
-            [
-                "MULTI",
-                "SET",
-                "redfence:lock:r",
-                "v",
-                "NX",
-                "PX",
-                "5000",
-                "INCR",
-                "redfence:fence:{7}",
-                "EXEC"
-            ]
-        );
     }
 
     #[test]

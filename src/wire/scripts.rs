@@ -89,6 +89,19 @@ impl Script {
     }
 }
 
+/// The fenced acquire (DESIGN.md, section 6): `SET lock value NX PX ttl`,
+/// then `INCR` of the fence of the resource's bucket, seeded first when it
+/// was absent (`INCR` gave 1: `INCRBY` the client's clock seed, so the fence
+/// becomes seed + 1). Returns the new fence when granted, `{fence}` when
+/// refused, `{fence, PTTL}` when refused and asked for the holder's TTL (a
+/// waiter's retry). A fence at 2^53 or beyond is an error reply: the script
+/// sees numbers as doubles, exact below 2^53 (tokens reach it around the
+/// year 2255), and a wrong token is worse than no vote.
+///
+/// KEYS: lock key, fence key. ARGV: value, ttl ms, seed[, "1" to probe].
+pub(crate) static ACQUIRE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("lua/acquire.lua")));
+
 /// Delete the key only if it still holds our value, and announce it to the
 /// clients waiting for it (`notify`): a `PUBLISH` on the key's notice
 /// channel (`{key}@{db}`, `resource::notice_channel`), carrying the acquisition's public notice id (never the value,
