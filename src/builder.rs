@@ -124,9 +124,9 @@ impl Builder {
 
     /// Whether acquisitions hand out fencing tokens
     /// ([`LockGuard::token`](crate::LockGuard::token)). With fencing the
-    /// acquire is a `MULTI`/`EXEC` transaction of `SET NX PX` and an `INCR`
-    /// of the fence of the resource's bucket, in the same single round trip
-    /// (about 2.5 µs of server CPU more than a plain `SET NX`; rarely a
+    /// acquire is a Lua script running `SET NX PX` and an `INCR` of the
+    /// fence of the resource's bucket, in the same single round trip (a few
+    /// microseconds of server CPU more than a plain `SET NX`; rarely a
     /// second round, see DESIGN.md). A node keeps at most
     /// [`FENCE_BUCKETS`](crate::limits::FENCE_BUCKETS) fence keys, however
     /// many resources are locked. Without it the acquire is a plain `SET NX PX` and

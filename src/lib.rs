@@ -39,7 +39,7 @@
 //! ## The algorithm
 //!
 //! An attempt draws a fresh unguessable value, sends `SET key value NX PX
-//! ttl` (in one transaction with the move of the fence of the resource's
+//! ttl` (in one script with the move of the fence of the resource's
 //! bucket, unless fencing is off) to **all N nodes at once**, and decides
 //! at the first certain outcome: granted when ⌊N/2⌋ + 1 nodes said yes, failed when
 //! that became impossible. Every node call is bounded by a per-node timeout,

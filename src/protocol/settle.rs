@@ -1,6 +1,5 @@
 //! Settling the token of a granted attempt: the largest fence among the
-//! granting nodes (at least the clock where one was never seeded), written
-//! back first to the granting nodes that reported less when fewer than a
+//! granting nodes, written back first to the granting nodes that reported less when fewer than a
 //! quorum reported it (DESIGN.md, "Fencing tokens", has the proof). The
 //! write-back is the rare second round of a fenced acquire.
 

@@ -1,6 +1,6 @@
 //! The lock's commands as Redis sees them, and the parsers of their
 //! replies: the acquire (a plain `SET NX PX`, with a `PTTL` for a waiter's
-//! retry, or the fenced `MULTI`/`EXEC`), the probe, the re-seed's reads.
+//! retry, and the fenced script's reply), the probe, the re-seed's reads.
 //! Builders return owned `Cmd`/`Pipeline` values; nothing here does I/O.
 
 use std::sync::Arc;

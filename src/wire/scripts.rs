@@ -2,24 +2,32 @@
 //! beside this one (`src/wire/lua/`), included at compile time; the benches
 //! include the same files, so no copy of a script exists anywhere else.
 //!
-//! Acquiring is not a script: a plain `SET key value NX PX ttl` without
-//! fencing, and a `MULTI`/`EXEC` transaction with it (`wire::commands`):
-//! a Lua script costs the server several times the CPU of the commands it
-//! wraps (measured on Redis 7.0.15, 200,000 pipelined acquires on distinct
-//! keys: `SET NX PX` 3.0–3.9 µs of server CPU each; the fenced acquire as
-//! `MULTI`, `SET NX PX`, `INCR`, `EXEC` 5.8–6.4 µs; the same two commands in
-//! a script 10.4–11.1 µs), and the acquire needs no decision between its
-//! steps.
-//! Release, extend and the token write-back must compare before acting,
-//! atomically, so they are scripts. Keys always travel in `KEYS[]` and
+//! Without fencing the acquire is not a script but a plain `SET key value NX
+//! PX ttl` (`wire::commands`): a script costs the server several times the
+//! CPU of the command it wraps. With fencing it is the [`ACQUIRE`] script,
+//! chosen over a `MULTI`/`EXEC` transaction of the same commands by
+//! measurement (DESIGN.md, section 2, step 4): the transaction costs the
+//! server less (on Redis 7.0.15, 200,000 pipelined acquires on distinct
+//! keys: `SET NX PX` 3.0–3.9 µs of server CPU each, `MULTI`, `SET`, `INCR`,
+//! `EXEC` 5.8–6.4 µs, the script 10.4–11.1 µs) but the client more (its four
+//! replies against one: callgrind counts 35 % more client instructions per
+//! 5-node cycle), and it cannot seed an absent fence without a command more
+//! on every acquire. Release, extend and the token write-back must compare
+//! before acting, atomically, so they are scripts. Keys always travel in `KEYS[]` and
 //! values in `ARGV[]`; nothing is spliced into script text, so the scripts
 //! are constants and their SHA1 is computed once per process.
 //!
-//! Sending: `EVALSHA` first. A node that restarted has an empty script cache
-//! and answers `NOSCRIPT`; we then send `EVAL` with the source, which runs the
-//! script *and* caches it, so the reload costs one extra round trip on the
-//! first call after a restart and nothing afterwards (redis-rs's `Script`
-//! would send `SCRIPT LOAD` and then `EVALSHA`: two).
+//! Sending: every connection loads the lock's scripts ([`LOCK_SCRIPTS`]) in
+//! its handshake, in the same round trip as its `INFO` and `ROLE`, so a
+//! fresh or restarted server has them before the first `EVALSHA`. A server
+//! whose cache was flushed since answers `NOSCRIPT`; we then send `EVAL`
+//! with the source, which runs the script *and* caches it: one extra round
+//! trip (redis-rs's `Script` would send `SCRIPT LOAD` and then `EVALSHA`:
+//! two). The acquire's `EVAL` is not sent once its round has decided
+//! ([`Script::eval_when_decided`]): the release may already be queued
+//! behind it, and an acquire landing after its own release would leave a
+//! key nobody releases for a whole TTL; a `SCRIPT LOAD` goes instead, so
+//! that a node always the last to answer still gets the script.
 
 use std::sync::LazyLock;
 
@@ -30,12 +38,28 @@ use redis::Cmd;
 pub(crate) struct Script {
     source: &'static str,
     sha: String,
+    /// Whether the `EVAL` after a `NOSCRIPT` goes out even when the round
+    /// has decided: yes for scripts that act only on our own unique value
+    /// or only raise fences (a late run leaves nothing behind), no for the
+    /// acquire (a late grant would outlive its release).
+    pub(crate) eval_when_decided: bool,
 }
 
 impl Script {
     fn new(source: &'static str) -> Self {
         let sha = redis::Script::new(source).get_hash().to_owned();
-        Self { source, sha }
+        Self {
+            source,
+            sha,
+            eval_when_decided: true,
+        }
+    }
+
+    /// `SCRIPT LOAD source`, for a connection's handshake.
+    pub(crate) fn load(&self) -> Cmd {
+        let mut cmd = redis::cmd("SCRIPT");
+        cmd.arg("LOAD").arg(self.source);
+        cmd
     }
 
     /// `EVALSHA sha numkeys keys… args…`
@@ -99,8 +123,15 @@ impl Script {
 /// year 2255), and a wrong token is worse than no vote.
 ///
 /// KEYS: lock key, fence key. ARGV: value, ttl ms, seed[, "1" to probe].
-pub(crate) static ACQUIRE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("lua/acquire.lua")));
+pub(crate) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script {
+    eval_when_decided: false,
+    ..Script::new(include_str!("lua/acquire.lua"))
+});
+
+/// The scripts a lock's node runs, loaded by every connection's handshake.
+pub(crate) fn lock_scripts() -> [&'static Script; 5] {
+    [&ACQUIRE, &RELEASE, &EXTEND, &WRITE_BACK, &RESEED]
+}
 
 /// Delete the key only if it still holds our value, and announce it to the
 /// clients waiting for it (`notify`): a `PUBLISH` on the key's notice

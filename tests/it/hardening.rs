@@ -317,3 +317,50 @@ async fn a_slow_node_that_lost_its_scripts_still_extends() {
     slow.set(Fault::Pass);
     guard.release().await;
 }
+
+/// The acquire is a script too, but its `EVAL` after a `NOSCRIPT` is not
+/// sent once the round has decided: the release is queued behind it, and
+/// a grant landing after its own release would block the resource for a
+/// whole TTL. The slow node gets `SCRIPT LOAD` instead, so its next
+/// acquire runs the script. Before this rule the slow node kept the key
+/// after the release.
+#[tokio::test]
+async fn a_slow_node_that_lost_its_scripts_keeps_no_late_grant() {
+    let cluster = Cluster::start(3);
+    let slow = proxy_to(&cluster.nodes[2]);
+    let mut urls = cluster.urls();
+    urls[2] = slow.url();
+    let client = client_with_timeout(urls, ms(500));
+    warm_up(&client, &cluster).await;
+    // The acquire script is gone there, the release script is not (as
+    // after a flush and a release's own `EVAL`): the release runs first.
+    cluster.nodes[2].cli(&["SCRIPT", "FLUSH"]);
+    let release = include_str!("../../src/wire/lua/release.lua");
+    cluster.nodes[2].cli(&["SCRIPT", "LOAD", release]);
+    slow.set(Fault::Delay(ms(40)));
+    let guard = client.acquire("late", secs(10)).await.unwrap();
+    guard.release().await;
+    // Long after the slow node's NOSCRIPT came back: no key anywhere.
+    tokio::time::sleep(ms(600)).await;
+    assert_eq!(
+        cluster.count_keys(crate::helpers::LOCK_KEYS),
+        vec![0, 0, 0],
+        "a late grant outlived its release"
+    );
+    assert_eq!(
+        cluster.nodes[2].cli(&["SCRIPT", "EXISTS", redfence_acquire_sha()]),
+        "1",
+        "the script was loaded for the next acquire"
+    );
+    slow.set(Fault::Pass);
+}
+
+/// The SHA1 of the acquire script, as the crate sends it.
+fn redfence_acquire_sha() -> &'static str {
+    static SHA: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    SHA.get_or_init(|| {
+        redis::Script::new(include_str!("../../src/wire/lua/acquire.lua"))
+            .get_hash()
+            .to_owned()
+    })
+}
