@@ -2,7 +2,7 @@
 //! nodes and a handful of clients: with fences kept, with fence keys that
 //! expire and are seeded again from a clock, with nodes that restart
 //! without their data and are re-seeded by the restart guard, and with
-//! bucket-mates: fences are kept per bucket of resources (issue 12); other
+//! bucket-mates: fences are kept per bucket of resources; other
 //! resources of the bucket move the shared fence. Driven by the
 //! real pure logic: [`merge`](super::merge),
 //! [`Merge::needs_write_back`](super::Merge::needs_write_back) and
@@ -62,9 +62,12 @@
 //!   reconnect, a segment of the old connection could in principle reach
 //!   the server after the new one's, so [`Network::Unordered`] (any request
 //!   in flight may land next) is checked too, in ignored tests.
-//! * **Fence expiry and the clock seed** (`Config::expiries` per run). A
-//!   node's fence key expires when its retention passes without a grant or
-//!   write-back: at any moment, except while an attempt in progress counts
+//! * **Fence loss and the clock seed** (`Config::expiries` per run). Fences
+//!   per bucket have no expiry; a loss now stands for an `allkeys-*`
+//!   eviction, a hand, or the first use after an upgrade from per-resource
+//!   fences (and the model keeps the retention's reading, when they had
+//!   one). A node's fence key is lost at any moment, except while an
+//!   attempt in progress counts
 //!   the node toward its quorum (it was granted there, or its write-back
 //!   there succeeded or is awaited). Such an attempt renewed the fence
 //!   within its lock TTL, the retention is never shorter than that TTL,
@@ -104,7 +107,7 @@
 //!   server once its window is over takes it as it is, as the library
 //!   does: the node votes again without a re-seed, its fences absent.
 //! * **Bucket-mates** (`Config::bucket_mates` steps per run): fences are
-//!   kept per bucket of resources (issue 12); other resources of the
+//!   kept per bucket of resources; other resources of the
 //!   bucket move the shared fence. "Our" resource is the one whose
 //!   attempts the clients above make; a bucket-mate step is one atomic
 //!   request of another resource at a node that votes (a node down or
@@ -492,7 +495,7 @@ struct Reseed {
 }
 
 /// How a bucket-mate's write-back changes the shared fence (fences are
-/// kept per bucket of resources, issue 12; see "Bucket-mates" in the
+/// kept per bucket of resources; see "Bucket-mates" in the
 /// module docs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum MateWriteBack {
@@ -855,4 +858,23 @@ fn plural(n: u8, one: &'static str, many: &'static str) -> &'static str {
     } else {
         many
     }
+}
+
+/// All permutations of `0..C`, the identity first.
+pub(super) fn permutations() -> Vec<[usize; C]> {
+    fn extend(p: &mut [usize; C], k: usize, used: u32, out: &mut Vec<[usize; C]>) {
+        if k == C {
+            out.push(*p);
+            return;
+        }
+        for v in 0..C {
+            if used & (1 << v) == 0 {
+                p[k] = v;
+                extend(p, k + 1, used | (1 << v), out);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    extend(&mut [0; C], 0, 0, &mut out);
+    out
 }

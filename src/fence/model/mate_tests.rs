@@ -1,5 +1,5 @@
 //! The model's tests of bucket-mates (fences kept per bucket of resources,
-//! issue 12: other resources of the bucket move the shared fence): the
+//! other resources of the bucket move the shared fence): the
 //! protocol stays safe for our resource, their steps change what our
 //! attempts see, the negative controls of their write-back, and the checks
 //! of the reductions with them.

@@ -7,7 +7,6 @@
 use std::fmt::Write as _;
 
 use super::super::{merge, next_fence};
-use super::symmetry::permutations;
 use super::*;
 use crate::quorum::{quorum, Decision, Tally};
 

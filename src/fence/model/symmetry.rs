@@ -36,25 +36,6 @@ impl<const N: usize> Model<'_, N> {
     }
 }
 
-/// All permutations of `0..C`, the identity first.
-pub(super) fn permutations() -> Vec<[usize; C]> {
-    fn extend(p: &mut [usize; C], k: usize, used: u32, out: &mut Vec<[usize; C]>) {
-        if k == C {
-            out.push(*p);
-            return;
-        }
-        for v in 0..C {
-            if used & (1 << v) == 0 {
-                p[k] = v;
-                extend(p, k + 1, used | (1 << v), out);
-            }
-        }
-    }
-    let mut out = Vec::new();
-    extend(&mut [0; C], 0, 0, &mut out);
-    out
-}
-
 /// `s` with client `c` renamed `p[c]` everywhere: its state, its links, and
 /// the key holders that name it.
 fn rename<const N: usize>(s: &State<N>, p: &[usize; C]) -> State<N> {

@@ -7,7 +7,6 @@ use std::time::Instant;
 
 use super::literal::literal;
 use super::search::check;
-use super::symmetry::permutations;
 use super::*;
 
 /// The protocol keeps every property, and the paths that matter are taken:
