@@ -25,7 +25,8 @@ pub(crate) struct Shared {
     /// Identifies this client in lock values (`{id}:{secret}`), so keys seen
     /// in Redis can be traced back to a process.
     pub(crate) id: uuid::Uuid,
-    /// `id` as text, formatted once (every attempt's value starts with it).
+    /// The first 8 hex digits of `id`, formatted once: every attempt's
+    /// value starts with it (see `resource::lock_value`).
     pub(crate) id_text: Arc<str>,
     /// The fence key of every bucket, named once (with fencing on).
     fence_keys: Vec<Arc<str>>,
@@ -119,7 +120,7 @@ impl Shared {
             nodes,
             config,
             id,
-            id_text: id.to_string().into(),
+            id_text: id.simple().to_string()[..8].into(),
             fence_keys,
             counters: Counters::default(),
             longest_ttl_ms: AtomicU64::new(0),
