@@ -8,7 +8,7 @@ use crate::autoextend::AutoExtend;
 use crate::client::Client;
 use crate::config::{self, Config};
 use crate::error::ConfigError;
-use crate::limits::{DEFAULT_FENCE_RETENTION, DEFAULT_PREFIX, MAX_NODES, MAX_PREFIX_LEN, MAX_TTL};
+use crate::limits::{DEFAULT_PREFIX, MAX_NODES, MAX_PREFIX_LEN, MAX_TTL};
 use crate::node::NodeTimeouts;
 use crate::notify::DEFAULT_LOCAL_HANDOFFS;
 use crate::protocol::shared::Shared;
@@ -32,7 +32,6 @@ pub struct Builder {
     key_prefix: String,
     retry: Retry,
     fencing: bool,
-    fence_retention: Duration,
     auto_extend: Option<AutoExtend>,
     wake_on_release: bool,
     max_local_handoffs: u32,
@@ -55,7 +54,6 @@ impl Builder {
             key_prefix: DEFAULT_PREFIX.to_owned(),
             retry: Retry::new(),
             fencing: true,
-            fence_retention: DEFAULT_FENCE_RETENTION,
             auto_extend: None,
             wake_on_release: true,
             max_local_handoffs: DEFAULT_LOCAL_HANDOFFS,
@@ -126,30 +124,18 @@ impl Builder {
 
     /// Whether acquisitions hand out fencing tokens
     /// ([`LockGuard::token`](crate::LockGuard::token)). With fencing the
-    /// acquire is a `MULTI`/`EXEC` transaction that also moves the
-    /// resource's fence, in the same single round trip (a few microseconds
-    /// of server CPU more than a plain `SET NX`; rarely a second round, see
-    /// DESIGN.md). Without it the acquire is a plain `SET NX PX` and
+    /// acquire is a Lua script running `SET NX PX` and an `INCR` of the
+    /// fence of the resource's bucket, in the same single round trip (a few
+    /// microseconds of server CPU more than a plain `SET NX`; rarely a
+    /// second round, see DESIGN.md). A node keeps at most
+    /// [`FENCE_BUCKETS`](crate::limits::FENCE_BUCKETS) fence keys, however
+    /// many resources are locked. Without it the acquire is a plain `SET NX PX` and
     /// `token()` is `None`. Clients that lock the same resources should
     /// agree on this setting: a client without fencing does not move the
     /// fence, so its acquisitions are invisible to the token order.
     /// Defaults to `true`.
     pub fn fencing(mut self, enabled: bool) -> Self {
         self.fencing = enabled;
-        self
-    }
-
-    /// How long a resource's fence (one small key per resource and node,
-    /// `{prefix}fence:{resource}`) is kept after the resource was last
-    /// acquired; it is what makes each token larger than the last. Never
-    /// shorter than the lock's TTL, and extends of a held lock keep it. After
-    /// it expires on a node, the next fenced acquire seeds it there again
-    /// from the acquiring client's wall clock in microseconds, which is above
-    /// any earlier token as long as that clock is not behind the earlier
-    /// seeding clocks by more than the retention (DESIGN.md, "Fence state").
-    /// Defaults to 24 hours.
-    pub fn fence_retention(mut self, retention: Duration) -> Self {
-        self.fence_retention = retention;
         self
     }
 
@@ -214,7 +200,6 @@ impl Builder {
             (self.node_timeout, "node timeout"),
             (self.connect_timeout, "connect timeout"),
             (self.reconnect_backoff_max, "reconnect backoff"),
-            (self.fence_retention, "fence retention"),
         ] {
             if value.is_zero() {
                 return Err(ConfigError::ZeroDuration(name));
@@ -226,7 +211,6 @@ impl Builder {
             (self.node_timeout, "node timeout"),
             (self.connect_timeout, "connect timeout"),
             (self.reconnect_backoff_max, "reconnect backoff"),
-            (self.fence_retention, "fence retention"),
             (self.min_validity, "min validity"),
         ] {
             if value > MAX_TTL {
@@ -259,7 +243,7 @@ impl Builder {
             min_validity: self.min_validity,
             key_prefix: self.key_prefix,
             retry: self.retry,
-            fencing: self.fencing.then_some(self.fence_retention),
+            fencing: self.fencing,
             auto_extend: self.auto_extend,
             wake_on_release: self.wake_on_release,
             max_local_handoffs: self.max_local_handoffs,

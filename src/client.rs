@@ -15,6 +15,7 @@ use crate::lease::Lease;
 use crate::protocol::shared::Shared;
 use crate::quorum::quorum;
 use crate::request::LockRequest;
+use crate::resource::fence_key;
 use crate::stats::Stats;
 
 /// A handle to a set of independent Redis masters. Cheap to clone (one
@@ -49,7 +50,16 @@ impl Client {
     /// Whether acquisitions hand out fencing tokens; see
     /// [`Builder::fencing`](crate::Builder::fencing).
     pub fn fencing(&self) -> bool {
-        self.shared.config.fencing.is_some()
+        self.shared.config.fencing
+    }
+
+    /// The Redis key holding `resource`'s fence on every node (with fencing
+    /// on), for inspection: `{prefix}fence:{b}`, shared with the other
+    /// resources of bucket `b` (see
+    /// [`FENCE_BUCKETS`](crate::limits::FENCE_BUCKETS)). Nothing is
+    /// validated or sent.
+    pub fn fence_key(&self, resource: &str) -> String {
+        fence_key(&self.shared.config.key_prefix, resource).to_string()
     }
 
     /// This client's counters (shared by its clones): attempts, grants, and

@@ -22,8 +22,8 @@ pub(crate) struct Config {
     pub(crate) min_validity: Duration,
     pub(crate) key_prefix: String,
     pub(crate) retry: Retry,
-    /// `Some(retention)` when acquisitions hand out fencing tokens.
-    pub(crate) fencing: Option<Duration>,
+    /// Whether acquisitions hand out fencing tokens.
+    pub(crate) fencing: bool,
     pub(crate) auto_extend: Option<AutoExtend>,
     pub(crate) wake_on_release: bool,
     pub(crate) max_local_handoffs: u32,

@@ -5,9 +5,9 @@
 //! logic, with the naive variant it must catch, is in `fence/model.rs`.
 //!
 //! The protocol this serves:
-//! 1. Each node, atomically with granting the lock key, sets its fence for
-//!    the resource to `fence + 1` (seeded from the client's clock when it
-//!    has none) and returns it.
+//! 1. Each node, atomically with granting the lock key, sets the fence of
+//!    the resource's bucket to `fence + 1` (seeded from the client's clock
+//!    when it has none) and returns it.
 //! 2. The client takes `T` = the largest fence among the granting nodes.
 //! 3. If fewer than a quorum of the N nodes returned `T`, the client writes
 //!    `T` back (`fence = max(fence, T)`) to the granting nodes, only where
@@ -26,10 +26,12 @@ use std::fmt;
 /// carrying a token lower than one the storage has already accepted comes
 /// from a holder whose lease ran out, and must be rejected.
 ///
-/// Tokens of different resources are unrelated. They are around 1.8 × 10^15
-/// (a resource's first token is seeded from the client's clock in
-/// microseconds, so that tokens keep increasing even after the fence state
-/// expired; see DESIGN.md) and grow by about one per acquisition attempt;
+/// Tokens of different resources are unrelated (two resources may even get
+/// the same token). They are around 1.8 × 10^15 (the first token of a
+/// bucket of resources comes from the client's clock in microseconds, so
+/// that tokens keep increasing even after fence state was lost; see
+/// DESIGN.md) and grow by about one per acquisition attempt on any
+/// resource of the bucket;
 /// they fit in an `i64` column (the nodes count with `INCR`, which stops at
 /// `i64::MAX`) and, for the next centuries, in a JSON number (2^53).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -95,13 +97,14 @@ pub(crate) fn next_fence(fence: u64) -> u64 {
     fence.saturating_add(1)
 }
 
-/// The first fence of a resource (and the one after its fence state
-/// expired): this machine's wall clock in microseconds since the Unix
-/// epoch. The only use of the wall clock in the crate, and not a timing
-/// decision: it only makes a fresh fence start above the tokens of fences
-/// that expired, because no resource is acquired a million times a second
-/// (DESIGN.md, "Fence state"). Safety within the retention does not depend
-/// on it. A clock before 1970 seeds 1.
+/// The seed of a fence the acquire finds absent, and the floor of a
+/// re-seed that could not read enough nodes:
+/// this machine's wall clock in microseconds since the Unix epoch. The only
+/// use of the wall clock in the crate, and not a timing decision: it only
+/// makes a fresh fence start above the tokens of fences that were lost,
+/// because no bucket of resources is acquired a million times a second
+/// (DESIGN.md, "Fence state"). Safety while nodes keep their fences does
+/// not depend on it. A clock before 1970 seeds 1.
 pub(crate) fn clock_seed() -> u64 {
     seed_at(std::time::SystemTime::now())
 }

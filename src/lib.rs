@@ -39,9 +39,9 @@
 //! ## The algorithm
 //!
 //! An attempt draws a fresh unguessable value, sends `SET key value NX PX
-//! ttl` (in one transaction with the move of the resource's fence, unless
-//! fencing is off) to **all N nodes at once**, and decides at the
-//! first certain outcome: granted when ⌊N/2⌋ + 1 nodes said yes, failed when
+//! ttl` (in one script with the move of the fence of the resource's
+//! bucket, unless fencing is off) to **all N nodes at once**, and decides
+//! at the first certain outcome: granted when ⌊N/2⌋ + 1 nodes said yes, failed when
 //! that became impossible. Every node call is bounded by a per-node timeout,
 //! so a dead or paused node costs the caller nothing when a majority answers
 //! first. The lock is valid for `TTL − elapsed − drift` (drift = TTL ×

@@ -27,9 +27,13 @@ pub const MAX_PREFIX_LEN: usize = 256;
 /// Keys look like `redfence:lock:{resource}`.
 pub const DEFAULT_PREFIX: &str = "redfence:";
 
-/// Default of [`Builder::fence_retention`](crate::Builder::fence_retention):
-/// one day.
-pub const DEFAULT_FENCE_RETENTION: Duration = Duration::from_secs(24 * 3600);
+/// Fences are kept per bucket of resources: resource `r` takes its tokens
+/// from the fence key `{prefix}fence:{b}` (braces included), `b` = FNV-1a
+/// (64-bit) of `r`'s bytes modulo this. So a node keeps at most this many
+/// fence keys, however many distinct resources are ever locked, and they
+/// never expire. Part of the protocol: every client of a deployment must
+/// use the same value (DESIGN.md, "Fence state").
+pub const FENCE_BUCKETS: u16 = 1024;
 
 /// Default bound on one call of a fenced store
 /// ([`FencedStore`](crate::FencedStore), and the PostgreSQL store).

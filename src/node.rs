@@ -30,7 +30,7 @@ use redis::{AsyncConnectionConfig, Cmd, ErrorKind, Pipeline, RedisError, ServerE
 use crate::failure::NodeErrorKind;
 use crate::restart;
 use crate::wire::info;
-use crate::wire::scripts::Script;
+use crate::wire::scripts::{lock_scripts, Script};
 
 /// Set when a fan-out has decided (see `fanout`): a request that only then
 /// gets its connection sends nothing.
@@ -287,6 +287,16 @@ impl Node {
         let mut conn = connected.conn.clone();
         let first = script.evalsha(keys, args).query_async(&mut conn).await;
         let reply = match first {
+            Err(e)
+                if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript)
+                    && !script.eval_when_decided
+                    && settled.is_set() =>
+            {
+                // Nothing ran, and the acquire's release may already be
+                // queued: load the script for the next acquire, run nothing.
+                let _ = script.load().query_async::<Value>(&mut conn).await;
+                return Err(NodeErrorKind::Skipped);
+            }
             Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
                 // The node restarted (or flushed scripts) since we last used
                 // it. EVAL runs and re-caches in one round trip. It is sent
@@ -739,13 +749,21 @@ async fn handshake(
     // but each with its own reply, so an error (NOAUTH when the URL lacks a
     // password) keeps its code; a pipeline would fold it into a
     // pipeline error without one.
+    // The lock's scripts go in the same round trip: a fresh or restarted
+    // server then has them before the first EVALSHA (a failed load, say an
+    // ACL without SCRIPT, only leaves the NOSCRIPT fallback to do it).
     let (mut c1, mut c2) = (conn.clone(), conn.clone());
     let mut info_cmd = redis::cmd("INFO");
     info_cmd.arg("server");
     let role_cmd = redis::cmd("ROLE");
-    let (info, role) = futures::future::join(
+    let loads = futures::future::join_all(lock_scripts().map(|script| {
+        let mut c = conn.clone();
+        async move { script.load().query_async::<Value>(&mut c).await }
+    }));
+    let (info, role, _) = futures::future::join3(
         info_cmd.query_async::<String>(&mut c1),
         role_cmd.query_async::<Value>(&mut c2),
+        loads,
     )
     .await;
     let (server, role) = (info.map_err(classify)?, role.map_err(classify)?);

@@ -293,7 +293,7 @@ impl LockRequest {
                 return;
             }
             // Then look before leaping: one `PTTL` on one node (one command
-            // instead of a transaction on every node). When another client
+            // instead of an acquire on every node). When another client
             // already took the lock, wait for its release instead of sending
             // a full attempt that is bound to fail: K clients would
             // otherwise cost K full attempts per release.

@@ -43,7 +43,6 @@ enum Setter {
     ConnectTimeout,
     ReconnectBackoff,
     MinValidity,
-    FenceRetention,
     RestartWindow,
     ClientRetryMaxWait,
     RetryMaxWait,
@@ -58,12 +57,11 @@ enum Setter {
     StoreTimeout,
 }
 
-const SETTERS: [Setter; 17] = [
+const SETTERS: [Setter; 16] = [
     Setter::NodeTimeout,
     Setter::ConnectTimeout,
     Setter::ReconnectBackoff,
     Setter::MinValidity,
-    Setter::FenceRetention,
     Setter::RestartWindow,
     Setter::ClientRetryMaxWait,
     Setter::RetryMaxWait,
@@ -96,7 +94,6 @@ fn builder(urls: Vec<String>, setter: Setter, value: Duration) -> Builder {
         Setter::ConnectTimeout => b.connect_timeout(value),
         Setter::ReconnectBackoff => b.reconnect_backoff_max(value),
         Setter::MinValidity => b.min_validity(value),
-        Setter::FenceRetention => b.fence_retention(value),
         Setter::RestartWindow => b.restart_guard(RestartGuard::new().with_window(value)),
         Setter::ClientRetryMaxWait => b.retry(short().with_max_wait(value)),
         Setter::ClientAutoExtendMaxHold => b.auto_extend(AutoExtend::new().with_max_hold(value)),

@@ -27,8 +27,8 @@
 //!
 //! `libfaketime` would be the usual way to move a node's clock, but it
 //! hangs Debian's `redis-server`; expiring the keys early is what a clock
-//! jump does to them, minus the fence keys (their day-long retention would
-//! need a day-long jump).
+//! jump does to them (fence keys have no expiry, so a jump does not touch
+//! them).
 
 use std::panic::{self, AssertUnwindSafe};
 use std::sync::mpsc;

@@ -19,8 +19,8 @@ const CLOCK_OFFSET_LIMIT: Duration = Duration::from_millis(100);
 /// Below this the crate cannot work: `ROLE`, which the connect handshake
 /// sends, arrived in 2.8.12. Everything else it sends is older: `PUBSUB
 /// NUMSUB` (2.8.0, in the release script), `SET … NX PX` (2.6.12),
-/// `EVAL`/`EVALSHA`, `PTTL`, `PEXPIRE` (2.6.0), `PUBLISH` (2.0.0),
-/// `MULTI`/`EXEC` (1.2.0).
+/// `EVAL`/`EVALSHA`, `PTTL`, `PEXPIRE`, `INCRBY` (2.6.0 and older),
+/// `PUBLISH` (2.0.0), `MGET` (1.0.0).
 const MIN_VERSION: (u32, u32, u32) = (2, 8, 12);
 
 /// Below this, a warning: 6.0 and older are out of maintenance (no security
@@ -238,8 +238,9 @@ fn role_finding(role: Option<&Role>, role_error: Option<&str>) -> Option<Finding
     })
 }
 
-/// Lock keys carry a TTL and fences a retention, so any policy but
-/// `noeviction` can remove them under memory pressure.
+/// Lock keys carry a TTL, so any policy but `noeviction` can remove them
+/// under memory pressure (`volatile-*` ones only keys with a TTL; fences
+/// have none, so only `allkeys-*` ones can evict a fence).
 fn eviction_finding(
     policy: Option<&str>,
     maxmemory: Option<u64>,

@@ -1,16 +1,20 @@
 //! Exhaustive model check of the fencing-token protocol on N = 2 to 5
 //! nodes and a handful of clients: with fences kept, with fence keys that
-//! expire and are seeded again from a clock, and with nodes that restart
-//! without their data and are re-seeded by the restart guard. Driven by the
+//! expire and are seeded again from a clock, with nodes that restart
+//! without their data and are re-seeded by the restart guard, and with
+//! bucket-mates: fences are kept per bucket of resources; other
+//! resources of the bucket move the shared fence. Driven by the
 //! real pure logic: [`merge`](super::merge),
 //! [`Merge::needs_write_back`](super::Merge::needs_write_back) and
 //! [`next_fence`](super::next_fence) from the parent module, `quorum` and
 //! `Tally` from `quorum.rs`.
 //!
-//! Test-only. One concept in five files: this one (what is modelled and
-//! why, the shared vocabulary), `reduced.rs` (the model that is explored,
-//! with its reductions), `search.rs` (exploring and judging), `literal.rs`
-//! (the unreduced model that checks the reductions) and `tests.rs`.
+//! Test-only. One concept per file: this one (what is modelled and why,
+//! the shared vocabulary), `reduced.rs` (the model that is explored, with
+//! its reductions), `symmetry.rs` (symmetry classes and their
+//! fingerprints), `search.rs` (exploring and judging), `literal.rs` (the
+//! unreduced model that checks the reductions), `tests.rs`, and
+//! `mate_tests.rs` (bucket-mates).
 //!
 //! # What is modelled
 //!
@@ -58,9 +62,12 @@
 //!   reconnect, a segment of the old connection could in principle reach
 //!   the server after the new one's, so [`Network::Unordered`] (any request
 //!   in flight may land next) is checked too, in ignored tests.
-//! * **Fence expiry and the clock seed** (`Config::expiries` per run). A
-//!   node's fence key expires when its retention passes without a grant or
-//!   write-back: at any moment, except while an attempt in progress counts
+//! * **Fence loss and the clock seed** (`Config::expiries` per run). Fences
+//!   per bucket have no expiry; a loss now stands for an `allkeys-*`
+//!   eviction, a hand, or the first use after an upgrade from per-resource
+//!   fences (and the model keeps the retention's reading, when they had
+//!   one). A node's fence key is lost at any moment, except while an
+//!   attempt in progress counts
 //!   the node toward its quorum (it was granted there, or its write-back
 //!   there succeeded or is awaited). Such an attempt renewed the fence
 //!   within its lock TTL, the retention is never shorter than that TTL,
@@ -99,13 +106,34 @@
 //!   (`Config::late_clients`), a client that first meets the restarted
 //!   server once its window is over takes it as it is, as the library
 //!   does: the node votes again without a re-seed, its fences absent.
+//! * **Bucket-mates** (`Config::bucket_mates` steps per run): fences are
+//!   kept per bucket of resources; other resources of the
+//!   bucket move the shared fence. "Our" resource is the one whose
+//!   attempts the clients above make; a bucket-mate step is one atomic
+//!   request of another resource at a node that votes (a node down or
+//!   waiting gets none: the restart guard refuses it locally; one sent
+//!   before a restart is lost, as ours are): (a) an acquire, which seeds
+//!   the fence if absent (same clock rule) and moves it to `fence + 1`; or
+//!   (b) a write-back of another resource's attempt, gated on *that*
+//!   resource's lock key: `fence = max(fence, x)` for every `x` with
+//!   `fence < x ≤ high`, where `high` (`State::high`) is the largest fence
+//!   any node has ever held (restarts and expiries lower fences, so not
+//!   the largest now), since `x` is a token some node's fence held. A
+//!   re-seed's raise for another resource is a write-back of this kind.
+//!   (b) lands only on a present fence: its lock key was set by a grant
+//!   that made the fence present, and the fence is lost only by an expiry
+//!   (after a retention with no grant, when a key still there belongs to
+//!   a holder that handed out long ago, with no write-back in flight) or a
+//!   restart (which loses the key). Bucket-mates' tokens are not judged,
+//!   and may equal ours.
 //!
 //! # What is checked, on every transition
 //!
 //! * **Strict monotonicity**: a token handed out is larger than every token
 //!   handed out, by anyone, before its attempt began.
 //! * **Uniqueness**: no two hand-outs carry the same token, also while two
-//!   attempts hold the lock at once because keys vanished early.
+//!   attempts hold the lock at once because keys vanished early. Both are
+//!   about our resource's hand-outs, with or without bucket-mates.
 //! * **The re-seed's liveness**: in every reachable state where a node is
 //!   down, its window over, and every other node kept its fences and
 //!   answers, or all but q − 2 of them do (as many as N − q + 1 sources
@@ -116,7 +144,10 @@
 //!   them after a write-back, and some write-backs lose their key; with
 //!   expiries, fences expire and are seeded again; with restarts, nodes are
 //!   re-seeded, tokens are handed out once every restarted node votes
-//!   again, and the liveness check applies in some states.
+//!   again, and the liveness check applies in some states; with
+//!   bucket-mates, tokens are handed out after a bucket-mate step, and the
+//!   run reaches hand-outs (who, which token) that the same run without
+//!   bucket-mates does not.
 //!
 //! # The negative controls
 //!
@@ -149,6 +180,15 @@
 //!   by `restart::a_reseed_past_an_expired_fence_copies_at_least_the_clock`):
 //!   a source whose fence expired answers without it, the copy comes from
 //!   a source that missed the largest token, and a later token is lower.
+//! * [`MateWriteBack::Set`] (a bucket-mate's write-back sets the fence to
+//!   its token instead of raising it): it lowers a fence that stored our
+//!   largest token, and a later quorum through it hands out that token
+//!   again, not above it (15 steps; with two clients a duplicate in 14).
+//! * [`MateWriteBack::Ungated`] (a bucket-mate's write-back lands on an
+//!   absent fence too: not gated on a lock key, or a fence expiring under
+//!   a live bucket-mate's key): an expired fence, whose next seed would be
+//!   at least the clock, is set below our largest token: a duplicate
+//!   token (16 steps).
 //!
 //! # Why these node counts
 //!
@@ -164,7 +204,10 @@
 //! ((q − b) + (N − q + 1) > N − b), copies at least `T` (or the clock floor,
 //! or nothing: absent) and adds the node to `H(T)` as b shrinks. A later
 //! grant quorum meets `H(T)` the same way (q + q − b > N − b), so its token
-//! exceeds `T`, and uniqueness follows as in DESIGN.md. This holds for every b;
+//! exceeds `T`, and uniqueness follows as in DESIGN.md. Bucket-mates
+//! change no count: they only raise fences (an `INCR`, a `max`, a seed at
+//! least the clock) and only at nodes that vote, so no node leaves `H(T)`;
+//! uniqueness uses our resource's lock key alone. This holds for every b;
 //! bounding b serves liveness: a re-seed finds N − q + 1 voting sources
 //! among the others when b ≤ q − 1, and locks need b ≤ N − q. So N = 2 is
 //! modelled with one node down (N − q = 0 would forbid every restart), and
@@ -207,16 +250,21 @@
 //!   every token that can still be handed out (`Model::bounds`; with
 //!   expiries or restarts a node's bound is its fence only once it can no
 //!   longer lose it, and the largest token, which seeds and the clock floor
-//!   read, is kept). Deleting a message whose delivery would change nothing
+//!   read, is kept). Bucket-mates only raise fences, so the bounds stand
+//!   (under the controls that lower fences, no fence bounds anything while
+//!   a bucket-mate step is left, and no write-back of ours is dropped as
+//!   useless); `high` is forgotten (0) once no bucket-mate step is left.
+//!   Deleting a message whose delivery would change nothing
 //!   is the same as losing it.
 //! * **Compact state**: after pruning at most one answer per channel can
 //!   matter and a request channel holds a few messages, so a state is a few
-//!   fixed arrays of small integers (22 bytes per node, 18 more).
+//!   fixed arrays of small integers (22 bytes per node, 20 more).
 //! * **Symmetry**: nodes are interchangeable, and so are clients with the
 //!   same number of attempts (except a client whose clock is behind). The
 //!   visited set holds a fingerprint of the class: nodes sorted together
 //!   with their channels and with what each client knows about them,
-//!   clients renamed everywhere (key holders included). A re-seed chooses
+//!   clients renamed everywhere (key holders included); `high` and the
+//!   budgets are global, and part of it. A re-seed chooses
 //!   and reads its sources in one step, so no state names a node. The
 //!   search continues from the state as reached, so names in a trace stay
 //!   stable.
@@ -230,20 +278,24 @@
 //! * A literal model (`literal.rs`) has none of the above but dropping
 //!   answers the client will ignore: an explicit "vanish" transition,
 //!   refusals (moving the fence or not) and `NotHeld` answers, full attempt
-//!   identities, no symmetry; and the same expiries, restarts, re-seeds and
-//!   late clients. The reduced model must reach exactly the same hand-outs
-//!   (who, which token, which verdicts): checked on three nodes for [1, 1]
-//!   with each write-back variant, with an expiry (clocks agreeing and
+//!   identities, no symmetry; and the same expiries, restarts, re-seeds,
+//!   late clients and bucket-mates. The reduced model must reach exactly
+//!   the same hand-outs (who, which token, which verdicts): checked on
+//!   three nodes for [1, 1] with each write-back variant, with an expiry (clocks agreeing and
 //!   behind), with a restart, and with the re-seed in parallel with the
-//!   window; on two nodes with both and late clients; on four with a
-//!   restart; and for [2, 1] (tens of millions of literal states).
+//!   window; with one bucket-mate step, also with a restart and under the
+//!   lowering control, and for [2] with two and a restart; on two nodes
+//!   with both and late clients, and for [1, 1] with two bucket-mate steps
+//!   and a restart or an expiry; on four with a restart; and for [2, 1]
+//!   (tens of millions of literal states).
 //! * Forgetting tokens rests on lower bounds (`Model::bounds`); an audit
 //!   checks on every transition that they never shrink and that every
 //!   hand-out respects them. Runs with and without forgetting and symmetry
 //!   must reach the same hand-outs, also with expiries, restarts, late
-//!   clients and a clock behind, on two to five nodes.
+//!   clients, a clock behind and bucket-mates, on two to five nodes.
 //! * Symmetry must keep the length of the shortest counterexample (also
-//!   with a clock behind and the re-seed in parallel with the window).
+//!   with a clock behind, the re-seed in parallel with the window and a
+//!   bucket-mate lowering a fence).
 //!
 //! # Not modelled
 //!
@@ -259,6 +311,11 @@
 //! * Per-client re-seed state: each client re-seeds a restarted server for
 //!   itself, with a raise-only script; the model re-seeds each restart
 //!   once.
+//! * Bucket-mates' own protocol: their attempts are single atomic steps
+//!   (what their messages in flight can do is one of those steps at a later
+//!   moment), a write-back's token ranges over every value up to `high`
+//!   (more than the tokens they can really hold), and their seeds are the
+//!   lowest the clock allows.
 //! * More than three clients, three attempts per client, five nodes, or
 //!   tokens above 31; the unordered network with expiries and restarts
 //!   only for [2, 1].
@@ -266,10 +323,13 @@
 //! # Running it
 //!
 //! `cargo test --lib fence::model` runs the small configurations and every
-//! negative control (about 7 s in a debug build on two cores); `cargo test
+//! negative control (about 7 s in a debug build on two cores before
+//! bucket-mates, which add 7 to 8 s on a loaded machine); `cargo test
 //! --release --lib -- --ignored model` the larger ones (2¼ to 2¾ minutes in
-//! release, the CI run);
-//! `REDFENCE_MODEL_LARGE=1` adds the largest and `REDFENCE_LITERAL_2_1=1`
+//! release, the CI run, before bucket-mates, which add about 25 s of CPU;
+//! 4 to 4¾ minutes on a loaded machine);
+//! `REDFENCE_MODEL_LARGE=1` adds the largest (and the literal model of
+//! bucket-mates on three nodes) and `REDFENCE_LITERAL_2_1=1`
 //! the literal comparison of [2, 1]. DESIGN.md ("The model check") has the
 //! state counts.
 
@@ -286,8 +346,10 @@ macro_rules! note {
 }
 
 mod literal;
+mod mate_tests;
 mod reduced;
 mod search;
+mod symmetry;
 mod tests;
 
 /// Room for clients; a configuration uses the first few.
@@ -298,8 +360,9 @@ const C: usize = 3;
 const QCAP: usize = 4;
 /// Fences are 5-bit fields (an absent fence is `None`). The largest fence
 /// grows by at most one per acquire that lands (a seed is at most the
-/// largest token handed out, and copies never exceed what they copy), so
-/// N × (all attempts) ≤ 31 bounds the configurations.
+/// largest token handed out, and copies and write-backs never exceed what
+/// a fence held), so N × (all attempts) + bucket-mate steps ≤ 31 bounds
+/// the configurations.
 const MAX_FENCE: u8 = 31;
 /// Attempt numbers are 2-bit fields.
 const MAX_ATTEMPTS: u8 = 3;
@@ -431,6 +494,22 @@ struct Reseed {
     clock_floor: bool,
 }
 
+/// How a bucket-mate's write-back changes the shared fence (fences are
+/// kept per bucket of resources; see "Bucket-mates" in the
+/// module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum MateWriteBack {
+    /// The protocol: `F := max(F, x)`, gated on the bucket-mate's lock key,
+    /// so only where the fence is present.
+    Max,
+    /// Negative control: `F := x`, which can lower the fence.
+    Set,
+    /// Negative control: not gated on a lock key (or a fence that expires
+    /// under a live bucket-mate's key): `F := max(F, x)`, `x` where absent,
+    /// so an absent fence can be set below the clock.
+    Ungated,
+}
+
 impl Reseed {
     const PROTOCOL: Self = Self {
         unseeded_are_sources: false,
@@ -472,6 +551,11 @@ struct Config<'a> {
     /// over takes it as it is (the library does): the node may vote again
     /// without a re-seed, its fences absent.
     late_clients: bool,
+    /// Bucket-mate steps a run may contain: other resources of the bucket
+    /// acquiring (`INCR`, seeded if absent) or writing back at a node that
+    /// votes.
+    bucket_mates: u8,
+    mate_write_back: MateWriteBack,
 }
 
 impl<'a> Config<'a> {
@@ -491,6 +575,17 @@ impl<'a> Config<'a> {
             max_down: 0,
             reseed: Reseed::PROTOCOL,
             late_clients: false,
+            bucket_mates: 0,
+            mate_write_back: MateWriteBack::Max,
+        }
+    }
+
+    /// The protocol with `bucket_mates` bucket-mate steps, `expiries` fence
+    /// expiries and `restarts` restarts.
+    const fn mates(attempts: &'a [u8], bucket_mates: u8, expiries: u8, restarts: u8) -> Self {
+        Self {
+            bucket_mates,
+            ..Self::protocol(attempts, expiries, restarts)
         }
     }
 
@@ -537,6 +632,12 @@ enum Step {
     /// A client that met the restarted node only after its window votes
     /// there without a re-seed (`Config::late_clients`).
     Trust(usize),
+    /// Another resource of the bucket acquires at the node: the shared
+    /// fence is seeded if absent, then moves to `fence + 1`.
+    MateAcquire(usize),
+    /// Another resource of the bucket writes back `to` at the node (see
+    /// [`MateWriteBack`]).
+    MateWriteBack { node: usize, to: u8 },
 }
 
 /// A hand-out, with what the checker judges it by.
@@ -550,6 +651,8 @@ struct HandOut {
     written_back: bool,
     /// Every node restarted so far has been re-seeded and votes again.
     after_reseed: bool,
+    /// A bucket-mate moved a fence earlier in the run.
+    after_mate: bool,
 }
 
 impl HandOut {
@@ -570,6 +673,8 @@ struct Effects {
     expired: bool,
     restarted: bool,
     reseeded: bool,
+    /// A bucket-mate step moved a fence.
+    mate: bool,
 }
 
 /// Which property a run broke.
@@ -619,6 +724,9 @@ struct Report {
     after_reseed: u64,
     /// States in which the re-seed's liveness was checked.
     liveness_checked: u64,
+    /// Bucket-mate steps; hand-outs after one.
+    mate_steps: u64,
+    after_mate: u64,
     /// Longest path (depth-first) or counterexample length (breadth-first).
     depth: usize,
     elapsed: Duration,
@@ -638,10 +746,12 @@ impl Report {
         self.seeded += u64::from(effects.seeded);
         self.restarts += u64::from(effects.restarted);
         self.reseeds += u64::from(effects.reseeded);
+        self.mate_steps += u64::from(effects.mate);
         if let Some(h) = effects.hand_out {
             self.hand_outs += 1;
             self.written_back += u64::from(h.written_back);
             self.after_reseed += u64::from(h.after_reseed);
+            self.after_mate += u64::from(h.after_mate);
             self.events.insert(Event {
                 client: h.client,
                 attempt: h.attempt,
@@ -690,6 +800,16 @@ impl Report {
                 out += ", late clients";
             }
         }
+        if config.bucket_mates > 0 {
+            out += &format!(
+                ", {} bucket-mate step{}",
+                config.bucket_mates,
+                plural(config.bucket_mates, "", "s")
+            );
+            if config.mate_write_back != MateWriteBack::Max {
+                out += &format!(" ({:?})", config.mate_write_back);
+            }
+        }
         out += &format!(
             ": {} states, {} transitions, depth {}, {} hand-outs ({} after a write-back), \
              {} write-backs lost their key",
@@ -712,6 +832,12 @@ impl Report {
                 self.liveness_checked,
             );
         }
+        if config.bucket_mates > 0 {
+            out += &format!(
+                ", {} bucket-mate steps, {} hand-outs after one",
+                self.mate_steps, self.after_mate
+            );
+        }
         out += &format!(", {:.2?}", self.elapsed);
         for (broken, label) in [
             (self.monotonicity.is_some(), ", NOT MONOTONIC"),
@@ -732,4 +858,23 @@ fn plural(n: u8, one: &'static str, many: &'static str) -> &'static str {
     } else {
         many
     }
+}
+
+/// All permutations of `0..C`, the identity first.
+pub(super) fn permutations() -> Vec<[usize; C]> {
+    fn extend(p: &mut [usize; C], k: usize, used: u32, out: &mut Vec<[usize; C]>) {
+        if k == C {
+            out.push(*p);
+            return;
+        }
+        for v in 0..C {
+            if used & (1 << v) == 0 {
+                p[k] = v;
+                extend(p, k + 1, used | (1 << v), out);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    extend(&mut [0; C], 0, 0, &mut out);
+    out
 }

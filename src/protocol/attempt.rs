@@ -21,13 +21,18 @@ use crate::resource::lock_value;
 use crate::stats::Event;
 use crate::wire::commands::{
     parse_fenced, parse_held, parse_probed_set, parse_set, pttl, set_nx, set_nx_probed,
-    FencedAcquire,
 };
+use crate::wire::scripts::ACQUIRE;
 
 /// The acquire as sent to each node.
 enum Acquire {
     Command(Cmd),
     Pipeline(Pipeline),
+    /// The fenced acquire script: its keys and arguments.
+    Fenced {
+        keys: [Arc<str>; 2],
+        args: Vec<Vec<u8>>,
+    },
 }
 
 /// The parser of an acquire's reply: the node's new fence (0 without
@@ -44,7 +49,7 @@ pub(crate) async fn attempt(
 ) -> Result<Grant, QuorumFailure> {
     let mut held = Held {
         key: target.key.clone(),
-        value: lock_value(&shared.id),
+        value: lock_value(&shared.id_text),
         notice: rand::random(),
         granted: false,
         sent: all_nodes(shared.nodes.len()),
@@ -71,18 +76,18 @@ pub(crate) async fn attempt(
             Acquire::Pipeline(set_nx_probed(key, value, ttl_ms)),
             parse_probed_set,
         ),
-        // With fencing, the SET NX and the fence's move in one MULTI/EXEC.
-        Some((fence_key, retention)) => {
-            let fenced = FencedAcquire {
-                key,
-                value,
-                ttl_ms,
-                fence_key,
-                retention_ms: retention,
-                seed: clock_seed(),
-                probe,
-            };
-            (Acquire::Pipeline(fenced.pipeline()), parse_fenced)
+        // With fencing, the SET NX and the fence's move in one script.
+        Some(fence_key) => {
+            let mut args = vec![
+                value.as_bytes().to_vec(),
+                ttl_ms.to_string().into_bytes(),
+                clock_seed().to_string().into_bytes(),
+            ];
+            if probe {
+                args.push(b"1".to_vec());
+            }
+            let keys = [held.key.clone(), fence_key.clone()];
+            (Acquire::Fenced { keys, args }, parse_fenced)
         }
     };
     let request = Arc::new(request);
@@ -97,6 +102,12 @@ pub(crate) async fn attempt(
             async move {
                 let reply = match &*request {
                     Acquire::Command(cmd) => node.run_command(cmd, &settled, vote).await?,
+                    Acquire::Fenced { keys, args } => {
+                        let keys: [&str; 2] = [&keys[0], &keys[1]];
+                        let args: Vec<&[u8]> = args.iter().map(Vec::as_slice).collect();
+                        node.run_script(&ACQUIRE, &keys, &args, &settled, false, vote)
+                            .await?
+                    }
                     Acquire::Pipeline(pipe) => node.run_pipeline(pipe, &settled, vote).await?,
                 };
                 parse(reply)

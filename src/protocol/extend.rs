@@ -35,8 +35,6 @@ pub(crate) async fn extend(
 ) -> Result<Extended, QuorumFailure> {
     let ttl_arg: Arc<str> = target.ttl.millis().to_string().into();
     let vote = shared.vote(false);
-    // With fencing the fence's expiry moves with the lock's (same script).
-    let fence = target.fence.clone();
     let round = round(
         shared,
         Phase::Extend,
@@ -45,22 +43,12 @@ pub(crate) async fn extend(
         hear_all,
         |node, settled| {
             let (key, value, ttl_arg) = (held.key.clone(), held.value.clone(), ttl_arg.clone());
-            let fence = fence.clone();
             async move {
-                let reply = match &fence {
-                    None => {
-                        let args: [&[u8]; 2] = [value.as_bytes(), ttl_arg.as_bytes()];
-                        node.run_script(&EXTEND, &[&key], &args, &settled, false, vote)
-                            .await?
-                    }
-                    Some((fence_key, retention)) => {
-                        let args: [&[u8]; 3] =
-                            [value.as_bytes(), ttl_arg.as_bytes(), retention.as_bytes()];
-                        node.run_script(&EXTEND, &[&key, fence_key], &args, &settled, false, vote)
-                            .await?
-                    }
-                };
-                parse_extend(reply)
+                let args: [&[u8]; 2] = [value.as_bytes(), ttl_arg.as_bytes()];
+                parse_extend(
+                    node.run_script(&EXTEND, &[&key], &args, &settled, false, vote)
+                        .await?,
+                )
             }
         },
     )

@@ -98,12 +98,19 @@ fn start_release(shared: &Shared, held: &Held) -> FanOut<()> {
     } else {
         format!("{}{}", shared.waits.tag(), held.notice_id()).into()
     };
+    // Nodes usually share a database index: name that channel once.
+    let db0 = shared.nodes.first().map_or(0, |n| n.db());
+    let channel0: Arc<str> = notice_channel(&held.key, db0).into();
     // Releases ignore the settled flag and go through to stalled nodes: the
     // acquire they follow may be queued there.
     FanOut::start(&shared.nodes, held.sent, deadline, |node, _settled| {
         let (key, value) = (held.key.clone(), held.value.clone());
         let notice = notice.clone();
-        let channel = notice_channel(&key, node.db());
+        let channel = if node.db() == db0 {
+            channel0.clone()
+        } else {
+            notice_channel(&key, node.db()).into()
+        };
         async move {
             let args: [&[u8]; 3] = [value.as_bytes(), notice.as_bytes(), channel.as_bytes()];
             parse_flag(

@@ -14,8 +14,8 @@ use crate::fence::clock_seed;
 use crate::node::{Node, Settled, Vote};
 use crate::protocol::shared::Shared;
 use crate::quorum::quorum;
-use crate::resource::fence_key;
-use crate::wire::commands::{mget, parse_fences, parse_scan, scan};
+use crate::resource::fence_keys;
+use crate::wire::commands::{mget, parse_fences};
 use crate::wire::scripts::RESEED;
 
 /// Fence keys written per re-seed script call.
@@ -56,8 +56,9 @@ pub(crate) fn reseed_if_wanted(shared: &Arc<Shared>) {
     }
 }
 
-/// Re-seeds node `index`'s fences from the other nodes: every fence key any
-/// of them holds, raised on `index` to the largest value among them. Any
+/// Re-seeds node `index`'s fences from the other nodes: every bucket's
+/// fence any of them holds (`MGET` of the [`FENCE_BUCKETS`](crate::limits::FENCE_BUCKETS) keys, one round
+/// trip per source), raised on `index` to the largest value among them. Any
 /// token handed out was stored on a quorum q of the N nodes, so on at least
 /// q − 1 of the N − 1 others; reading N − q + 1 of those others that kept
 /// their fences meets at least one of them (q − 1 + N − q + 1 > N − 1), and
@@ -75,12 +76,13 @@ pub(crate) fn reseed_if_wanted(shared: &Arc<Shared>) {
 /// and the copy can end below it: a later quorum through this node repeats
 /// or undercuts that token (12 steps in the model check, DESIGN.md §6).
 ///
-/// Where a source lacks a fence that another source holds (it expired
-/// there: fences expire per node, each its own retention after its last
-/// refresh), the largest among the rest may have missed the largest token
-/// the expired one held; the copy is raised to at least the clock seed,
-/// which a lost fence gets anyway and which is at least every token handed
-/// out while clocks agree (13 steps in the model check without it).
+/// Where a source lacks a fence that another source holds (fences no
+/// longer expire, but one can be lost some other way: an `allkeys-*`
+/// eviction, a hand), the largest among the rest may have missed the
+/// largest token the missing one held; the copy is raised to at least the
+/// clock seed, which a lost fence gets anyway and which is at least every
+/// token handed out while clocks agree (13 steps in the model check
+/// without it).
 ///
 /// Only nodes that may vote in a fenced request count as sources: a node
 /// itself restarted within the window and not yet re-seeded may have lost
@@ -94,17 +96,15 @@ pub(crate) fn reseed_if_wanted(shared: &Arc<Shared>) {
 async fn reseed(shared: &Shared, index: usize) -> Result<(String, usize), String> {
     let nodes = &shared.nodes;
     let target = nodes.get(index).ok_or("no such node")?;
-    let retention = shared.config.fencing.ok_or("fencing is off")?;
+    if !shared.config.fencing {
+        return Err("fencing is off".into());
+    }
     let vote = shared.vote(true);
     let window = vote.map_or(Duration::ZERO, |v| v.window);
     let run_id = target
         .run_id_past_window(window)
         .ok_or("not connected, or its restart-guard window is not over")?;
-    let retention_ms = retention.as_millis().max(1).to_string();
-    let pattern = format!(
-        "{}*",
-        glob_escape(&fence_key(&shared.config.key_prefix, ""))
-    );
+    let all_keys = fence_keys(&shared.config.key_prefix);
     let bound = shared.config.node_timeout.max(Duration::from_secs(1));
     // Each fence key with the largest value among the sources and how many
     // sources hold it.
@@ -116,7 +116,7 @@ async fn reseed(shared: &Shared, index: usize) -> Result<(String, usize), String
         if i == index {
             continue;
         }
-        match read_fences(node, &pattern, bound, vote).await {
+        match read_fences(node, &all_keys, bound, vote).await {
             Ok(read) => {
                 answered += 1;
                 sources += 1;
@@ -159,8 +159,7 @@ async fn reseed(shared: &Shared, index: usize) -> Result<(String, usize), String
     for chunk in keys.chunks(RESEED_CHUNK) {
         let names: Vec<&str> = chunk.iter().map(|(k, _)| k.as_str()).collect();
         let values: Vec<String> = chunk.iter().map(|(_, v)| v.to_string()).collect();
-        let mut args: Vec<&[u8]> = values.iter().map(|v| v.as_bytes()).collect();
-        args.push(retention_ms.as_bytes());
+        let args: Vec<&[u8]> = values.iter().map(|v| v.as_bytes()).collect();
         let call = target.run_script(&RESEED, &names, &args, &Settled::NEVER, true, None);
         match tokio::time::timeout(bound, call).await {
             Ok(Ok(_)) => {}
@@ -186,49 +185,22 @@ fn reseed_sources(nodes: usize) -> usize {
     }
 }
 
-/// Every fence key matching `pattern` on `node` with its value (`SCAN` and
-/// `MGET`), each call bounded by `bound`. Once per key: `SCAN` may return a
-/// key twice.
+/// The fences among `keys` that `node` holds (one `MGET`), bounded by
+/// `bound`.
 async fn read_fences(
     node: &Node,
-    pattern: &str,
+    keys: &[Arc<str>],
     bound: Duration,
     vote: Option<Vote>,
 ) -> Result<HashMap<String, u64>, NodeErrorKind> {
-    let mut out = HashMap::new();
-    let mut cursor = String::from("0");
-    loop {
-        let reply = tokio::time::timeout(
-            bound,
-            node.run_command(&scan(&cursor, pattern), &Settled::NEVER, vote),
-        )
-        .await
-        .map_err(|_| NodeErrorKind::Timeout(bound))??;
-        let (next, keys) = parse_scan(reply)?;
-        if !keys.is_empty() {
-            let reply =
-                tokio::time::timeout(bound, node.run_command(&mget(&keys), &Settled::NEVER, vote))
-                    .await
-                    .map_err(|_| NodeErrorKind::Timeout(bound))??;
-            out.extend(parse_fences(keys, reply));
-        }
-        if next == "0" {
-            return Ok(out);
-        }
-        cursor = next;
-    }
-}
-
-/// Escapes the glob characters of a key prefix for `SCAN MATCH`.
-fn glob_escape(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
-            out.push('\\');
-        }
-        out.push(c);
-    }
-    out
+    let names: Vec<String> = keys.iter().map(|k| k.to_string()).collect();
+    let reply = tokio::time::timeout(
+        bound,
+        node.run_command(&mget(&names), &Settled::NEVER, vote),
+    )
+    .await
+    .map_err(|_| NodeErrorKind::Timeout(bound))??;
+    Ok(parse_fences(names, reply).into_iter().collect())
 }
 
 #[cfg(test)]
@@ -253,11 +225,5 @@ mod tests {
             // N − q that lost them, this node being one) are enough.
             assert!(k <= (n - 1) - (n - q).saturating_sub(1), "n = {n}");
         }
-    }
-
-    #[test]
-    fn scan_patterns_escape_the_prefix() {
-        assert_eq!(glob_escape("redfence:fence:"), "redfence:fence:");
-        assert_eq!(glob_escape("a*b?[c]\\"), "a\\*b\\?\\[c\\]\\\\");
     }
 }

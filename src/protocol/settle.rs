@@ -1,8 +1,7 @@
 //! Settling the token of a granted attempt: the largest fence among the
-//! granting nodes, written back first to the granting nodes that reported
-//! less when fewer than a quorum reported it (DESIGN.md, "Fencing tokens",
-//! has the proof). The write-back is the rare second round of a fenced
-//! acquire.
+//! granting nodes, written back first to the granting nodes that reported less when fewer than a
+//! quorum reported it (DESIGN.md, "Fencing tokens", has the proof). The
+//! write-back is the rare second round of a fenced acquire.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -19,8 +18,9 @@ use crate::wire::commands::parse_flag;
 use crate::wire::scripts::WRITE_BACK;
 
 /// Turns the fences the granting nodes reported (`(node, fence)`) into the
-/// token to hand out. The write-back runs within the attempt's validity,
-/// and the validity is checked again after it.
+/// token to hand out; `seed` is the clock read before the acquire was sent.
+/// The write-back runs within the attempt's validity, and the validity is
+/// checked again after it.
 pub(crate) async fn settle_token(
     shared: &Shared,
     target: &Target,
@@ -59,19 +59,18 @@ pub(crate) async fn settle_token(
     // Past this instant a stored token could not make a valid lock.
     let useful_end = start + target.ttl.duration() - target.drift - config.min_validity;
     let deadline = (Instant::now() + config.node_timeout).min(useful_end);
-    let (fence_key, retention) = target.fence.clone().unwrap_or_default();
+    let fence_key = target.fence.clone().unwrap_or_default();
     let token_arg: Arc<str> = merged.token.to_string().into();
     let vote = shared.vote(true);
     let mut fan = FanOut::start_credited(nodes, targets, credited, deadline, |node, settled| {
-        let (key, value, fence_key, token_arg, retention) = (
+        let (key, value, fence_key, token_arg) = (
             held.key.clone(),
             held.value.clone(),
             fence_key.clone(),
             token_arg.clone(),
-            retention.clone(),
         );
         async move {
-            let args: [&[u8]; 3] = [value.as_bytes(), token_arg.as_bytes(), retention.as_bytes()];
+            let args: [&[u8]; 2] = [value.as_bytes(), token_arg.as_bytes()];
             parse_flag(
                 node.run_script(
                     &WRITE_BACK,

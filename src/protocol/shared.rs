@@ -15,7 +15,7 @@ use crate::fanout::{node_set, NodeSet};
 use crate::fence::FencingToken;
 use crate::node::{Node, Vote};
 use crate::notify::Waits;
-use crate::resource::{fence_key, lock_key, validate};
+use crate::resource::{fence_bucket, fence_keys, lock_key, validate};
 use crate::stats::Counters;
 use crate::validity::{Ttl, TtlProblem};
 
@@ -25,6 +25,11 @@ pub(crate) struct Shared {
     /// Identifies this client in lock values (`{id}:{secret}`), so keys seen
     /// in Redis can be traced back to a process.
     pub(crate) id: uuid::Uuid,
+    /// The first 8 hex digits of `id`, formatted once: every attempt's
+    /// value starts with it (see `resource::lock_value`).
+    pub(crate) id_text: Arc<str>,
+    /// The fence key of every bucket, named once (with fencing on).
+    fence_keys: Vec<Arc<str>>,
     pub(crate) counters: Counters,
     /// The longest TTL requested so far, in ms: the restart guard's
     /// default window.
@@ -50,8 +55,8 @@ pub(crate) struct Target {
     pub(crate) key: Arc<str>,
     pub(crate) ttl: Ttl,
     pub(crate) drift: Duration,
-    /// The fence key and its retention (≥ TTL) in ms, when fencing is on.
-    pub(crate) fence: Option<(Arc<str>, Arc<str>)>,
+    /// The fence key of the resource's bucket, when fencing is on.
+    pub(crate) fence: Option<Arc<str>>,
 }
 
 /// What a lock needs to be extended or released: its key, its secret value,
@@ -106,10 +111,17 @@ impl Shared {
     pub(crate) fn new(nodes: Vec<Arc<Node>>, config: Config) -> Arc<Self> {
         let id = uuid::Uuid::new_v4();
         let waits = Waits::new(&id, config.max_local_handoffs);
+        let fence_keys = if config.fencing {
+            fence_keys(&config.key_prefix)
+        } else {
+            Vec::new()
+        };
         Arc::new(Self {
             nodes,
             config,
             id,
+            id_text: id.simple().to_string()[..8].into(),
+            fence_keys,
             counters: Counters::default(),
             longest_ttl_ms: AtomicU64::new(0),
             waits,
@@ -139,12 +151,10 @@ impl Shared {
             });
         }
         let prefix = &self.config.key_prefix;
-        // The fence must outlive every lock on it; the retention is the
-        // longer of the two.
-        let fence = self.config.fencing.map(|retention| {
-            let keep = retention.max(checked.duration()).as_millis().max(1);
-            (fence_key(prefix, resource), keep.to_string().into())
-        });
+        let fence = self
+            .fence_keys
+            .get(usize::from(fence_bucket(resource)))
+            .cloned();
         Ok(Target {
             resource: resource.into(),
             key: lock_key(prefix, resource),
@@ -162,7 +172,7 @@ impl Shared {
         let window = self.config.restart_guard.window(longest)?;
         Some(Vote {
             window,
-            fenced: fenced && self.config.fencing.is_some(),
+            fenced: fenced && self.config.fencing,
         })
     }
 }

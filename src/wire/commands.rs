@@ -1,6 +1,6 @@
 //! The lock's commands as Redis sees them, and the parsers of their
 //! replies: the acquire (a plain `SET NX PX`, with a `PTTL` for a waiter's
-//! retry, or the fenced `MULTI`/`EXEC`), the probe, the re-seed's reads.
+//! retry, and the fenced script's reply), the probe, the re-seed's reads.
 //! Builders return owned `Cmd`/`Pipeline` values; nothing here does I/O.
 
 use std::sync::Arc;
@@ -14,8 +14,13 @@ use crate::failure::NodeErrorKind;
 /// a script: a Lua script costs the server ~5× the CPU of the command it
 /// wraps.
 pub(crate) fn set_nx(key: &str, value: &str, ttl_ms: u64) -> Cmd {
-    let mut set = redis::cmd("SET");
-    set.arg(key).arg(value).arg("NX").arg("PX").arg(ttl_ms);
+    let mut set = Cmd::with_capacity(6, 3 + key.len() + value.len() + 2 + 2 + 20);
+    set.arg("SET")
+        .arg(key)
+        .arg(value)
+        .arg("NX")
+        .arg("PX")
+        .arg(ttl_ms);
     set
 }
 
@@ -29,74 +34,10 @@ pub(crate) fn set_nx_probed(key: &str, value: &str, ttl_ms: u64) -> Pipeline {
     pipe
 }
 
-/// The fenced acquire, as one transaction (DESIGN.md, section 6):
-///
-/// ```text
-/// MULTI
-/// SET lock value NX PX ttl           -- the grant
-/// SET fence seed NX PX retention     -- a fence for a resource that has none
-/// INCR fence                         -- every attempt moves it, granted or not
-/// PEXPIRE fence retention            -- kept for the retention after last use
-/// [PTTL lock]                        -- a waiter's retry: the holder's TTL
-/// EXEC
-/// ```
-///
-/// One round trip, and about half the server CPU of the same steps as a Lua
-/// script. The fence moves on refused attempts too: harmless (fences only
-/// have to grow), and it keeps nodes level under contention, where moving
-/// only on grants would leave the nodes that refused behind. `INCR` is exact
-/// over the whole `i64` range.
-pub(crate) struct FencedAcquire<'a> {
-    pub(crate) key: &'a str,
-    pub(crate) value: &'a str,
-    pub(crate) ttl_ms: u64,
-    pub(crate) fence_key: &'a str,
-    pub(crate) retention_ms: &'a str,
-    pub(crate) seed: u64,
-    /// Add the `PTTL` of a waiter's retry.
-    pub(crate) probe: bool,
-}
-
-impl FencedAcquire<'_> {
-    pub(crate) fn pipeline(&self) -> Pipeline {
-        let mut pipe = redis::pipe();
-        pipe.atomic()
-            .add_command(set_nx(self.key, self.value, self.ttl_ms))
-            .cmd("SET")
-            .arg(self.fence_key)
-            .arg(self.seed)
-            .arg("NX")
-            .arg("PX")
-            .arg(self.retention_ms)
-            .ignore()
-            .cmd("INCR")
-            .arg(self.fence_key)
-            .cmd("PEXPIRE")
-            .arg(self.fence_key)
-            .arg(self.retention_ms)
-            .ignore();
-        if self.probe {
-            pipe.cmd("PTTL").arg(self.key);
-        }
-        pipe
-    }
-}
-
 /// `PTTL key`.
 pub(crate) fn pttl(key: &str) -> Cmd {
     let mut cmd = redis::cmd("PTTL");
     cmd.arg(key);
-    cmd
-}
-
-/// `SCAN cursor MATCH pattern COUNT 1000`.
-pub(crate) fn scan(cursor: &str, pattern: &str) -> Cmd {
-    let mut cmd = redis::cmd("SCAN");
-    cmd.arg(cursor)
-        .arg("MATCH")
-        .arg(pattern)
-        .arg("COUNT")
-        .arg(1000);
     cmd
 }
 
@@ -119,22 +60,20 @@ pub(crate) fn parse_set(reply: Value) -> Result<(), NodeErrorKind> {
     }
 }
 
-/// The fenced acquire's replies (the two not ignored): the lock `SET` and
-/// the `INCR`. The node's new fence when granted; `HeldByOther` when the
-/// `SET NX` found another owner.
+/// The fenced acquire script's reply: the node's new fence when granted
+/// (an integer); `{fence}` or `{fence, PTTL}` when the `SET NX` found
+/// another owner (`HeldByOther`, with the holder's TTL when probed).
 pub(crate) fn parse_fenced(reply: Value) -> Result<u64, NodeErrorKind> {
-    let Value::Array(items) = reply else {
-        return Err(unexpected(reply));
-    };
-    match items.as_slice() {
-        [set, Value::Int(fence), rest @ ..] if *fence > 0 && rest.len() <= 1 => {
-            match (parse_set(set.clone()), rest.first()) {
-                (Ok(()), _) => Ok(fence.unsigned_abs()),
-                (Err(NodeErrorKind::HeldByOther { .. }), Some(pttl)) => Err(held_for(pttl)?),
-                (Err(e), _) => Err(e),
+    match reply {
+        Value::Int(fence) if fence > 0 => Ok(fence.unsigned_abs()),
+        Value::Array(items) => match items.as_slice() {
+            [Value::Int(fence)] if *fence > 0 => {
+                Err(NodeErrorKind::HeldByOther { expires_in: None })
             }
-        }
-        _ => Err(unexpected(Value::Array(items))),
+            [Value::Int(fence), pttl] if *fence > 0 => Err(held_for(pttl)?),
+            _ => Err(unexpected(Value::Array(items))),
+        },
+        other => Err(unexpected(other)),
     }
 }
 
@@ -190,25 +129,6 @@ pub(crate) fn parse_flag(reply: Value) -> Result<(), NodeErrorKind> {
         Value::Int(1) => Ok(()),
         Value::Int(0) => Err(NodeErrorKind::NotHeld),
         other => Err(unexpected(other)),
-    }
-}
-
-/// A `SCAN` reply: the next cursor and the keys.
-pub(crate) fn parse_scan(reply: Value) -> Result<(String, Vec<String>), NodeErrorKind> {
-    let Value::Array(parts) = reply else {
-        return Err(unexpected(reply));
-    };
-    match parts.as_slice() {
-        [Value::BulkString(next), Value::Array(keys)] => Ok((
-            String::from_utf8_lossy(next).into_owned(),
-            keys.iter()
-                .filter_map(|k| match k {
-                    Value::BulkString(b) => Some(String::from_utf8_lossy(b).into_owned()),
-                    _ => None,
-                })
-                .collect(),
-        )),
-        _ => Err(unexpected(Value::Array(parts))),
     }
 }
 
@@ -271,21 +191,27 @@ mod tests {
 
     #[test]
     fn fenced_replies() {
-        let reply = |set: Value, fence: i64| Value::Array(vec![set, Value::Int(fence)]);
-        assert_eq!(parse_fenced(reply(Value::Okay, 7)).unwrap(), 7);
+        assert_eq!(parse_fenced(Value::Int(7)).unwrap(), 7);
         assert_eq!(
-            parse_fenced(reply(Value::Okay, i64::MAX)).unwrap(),
+            parse_fenced(Value::Int(i64::MAX)).unwrap(),
             i64::MAX.unsigned_abs()
         );
         assert!(matches!(
-            parse_fenced(reply(Value::Nil, 8)),
+            parse_fenced(Value::Array(vec![Value::Int(8)])),
             Err(NodeErrorKind::HeldByOther { expires_in: None })
         ));
+        assert!(matches!(
+            parse_fenced(Value::Array(vec![Value::Int(8), Value::Int(1500)])),
+            Err(NodeErrorKind::HeldByOther {
+                expires_in: Some(d)
+            }) if d == Duration::from_millis(1500)
+        ));
         for bad in [
-            reply(Value::Okay, 0),
-            reply(Value::Okay, -1),
-            reply(Value::Int(1), 3),
+            Value::Int(0),
+            Value::Int(-1),
+            Value::Array(vec![Value::Int(0)]),
             Value::Array(vec![Value::Okay]),
+            Value::Array(vec![]),
             Value::Okay,
             Value::Nil,
         ] {
@@ -297,49 +223,6 @@ mod tests {
     }
 
     #[test]
-    fn fenced_acquire_is_one_transaction() {
-        let pipe = FencedAcquire {
-            key: "redfence:lock:r",
-            value: "v",
-            ttl_ms: 5000,
-            fence_key: "redfence:fence:r",
-            retention_ms: "86400000",
-            seed: 42,
-            probe: false,
-        }
-        .pipeline();
-        let packed = String::from_utf8(pipe.get_packed_pipeline()).unwrap();
-        let words: Vec<&str> = packed
-            .split("\r\n")
-            .filter(|w| !w.starts_with(['*', '$']) && !w.is_empty())
-            .collect();
-        assert_eq!(
-            words,
-            [
-                "MULTI",
-                "SET",
-                "redfence:lock:r",
-                "v",
-                "NX",
-                "PX",
-                "5000",
-                "SET",
-                "redfence:fence:r",
-                "42",
-                "NX",
-                "PX",
-                "86400000",
-                "INCR",
-                "redfence:fence:r",
-                "PEXPIRE",
-                "redfence:fence:r",
-                "86400000",
-                "EXEC"
-            ]
-        );
-    }
-
-    #[test]
     fn probe_and_scan_replies() {
         assert_eq!(
             parse_held(&Value::Int(1500)),
@@ -348,12 +231,6 @@ mod tests {
         assert_eq!(parse_held(&Value::Int(-1)), Some(None));
         assert_eq!(parse_held(&Value::Int(-2)), None);
         assert_eq!(parse_held(&Value::Nil), None);
-        let reply = Value::Array(vec![
-            Value::BulkString(b"17".to_vec()),
-            Value::Array(vec![Value::BulkString(b"a".to_vec())]),
-        ]);
-        assert_eq!(parse_scan(reply).unwrap(), ("17".into(), vec!["a".into()]));
-        assert!(parse_scan(Value::Nil).is_err());
         let fences = parse_fences(
             vec!["a".into(), "b".into(), "c".into()],
             Value::Array(vec![

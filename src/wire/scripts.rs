@@ -2,21 +2,32 @@
 //! beside this one (`src/wire/lua/`), included at compile time; the benches
 //! include the same files, so no copy of a script exists anywhere else.
 //!
-//! Acquiring is not a script: a plain `SET key value NX PX ttl` without
-//! fencing, and a `MULTI`/`EXEC` transaction with it (`wire::commands`):
-//! a Lua script costs the server several times the CPU of the commands it
-//! wraps (measured on Redis 7.0: ~10 µs for a script around one `SET`, ~3 µs
-//! for the `SET`), and the acquire needs no decision between its steps.
-//! Release, extend and the token write-back must compare before acting,
-//! atomically, so they are scripts. Keys always travel in `KEYS[]` and
+//! Without fencing the acquire is not a script but a plain `SET key value NX
+//! PX ttl` (`wire::commands`): a script costs the server several times the
+//! CPU of the command it wraps. With fencing it is the [`ACQUIRE`] script,
+//! chosen over a `MULTI`/`EXEC` transaction of the same commands by
+//! measurement (DESIGN.md, section 2, step 4): the transaction costs the
+//! server less (on Redis 7.0.15, 200,000 pipelined acquires on distinct
+//! keys: `SET NX PX` 3.0–3.9 µs of server CPU each, `MULTI`, `SET`, `INCR`,
+//! `EXEC` 5.8–6.4 µs, the script 10.4–11.1 µs) but the client more (its four
+//! replies against one: callgrind counts 35 % more client instructions per
+//! 5-node cycle), and it cannot seed an absent fence without a command more
+//! on every acquire. Release, extend and the token write-back must compare
+//! before acting, atomically, so they are scripts. Keys always travel in `KEYS[]` and
 //! values in `ARGV[]`; nothing is spliced into script text, so the scripts
 //! are constants and their SHA1 is computed once per process.
 //!
-//! Sending: `EVALSHA` first. A node that restarted has an empty script cache
-//! and answers `NOSCRIPT`; we then send `EVAL` with the source, which runs the
-//! script *and* caches it, so the reload costs one extra round trip on the
-//! first call after a restart and nothing afterwards (redis-rs's `Script`
-//! would send `SCRIPT LOAD` and then `EVALSHA`: two).
+//! Sending: every connection loads the lock's scripts ([`LOCK_SCRIPTS`]) in
+//! its handshake, in the same round trip as its `INFO` and `ROLE`, so a
+//! fresh or restarted server has them before the first `EVALSHA`. A server
+//! whose cache was flushed since answers `NOSCRIPT`; we then send `EVAL`
+//! with the source, which runs the script *and* caches it: one extra round
+//! trip (redis-rs's `Script` would send `SCRIPT LOAD` and then `EVALSHA`:
+//! two). The acquire's `EVAL` is not sent once its round has decided
+//! ([`Script::eval_when_decided`]): the release may already be queued
+//! behind it, and an acquire landing after its own release would leave a
+//! key nobody releases for a whole TTL; a `SCRIPT LOAD` goes instead, so
+//! that a node always the last to answer still gets the script.
 
 use std::sync::LazyLock;
 
@@ -27,12 +38,28 @@ use redis::Cmd;
 pub(crate) struct Script {
     source: &'static str,
     sha: String,
+    /// Whether the `EVAL` after a `NOSCRIPT` goes out even when the round
+    /// has decided: yes for scripts that act only on our own unique value
+    /// or only raise fences (a late run leaves nothing behind), no for the
+    /// acquire (a late grant would outlive its release).
+    pub(crate) eval_when_decided: bool,
 }
 
 impl Script {
     fn new(source: &'static str) -> Self {
         let sha = redis::Script::new(source).get_hash().to_owned();
-        Self { source, sha }
+        Self {
+            source,
+            sha,
+            eval_when_decided: true,
+        }
+    }
+
+    /// `SCRIPT LOAD source`, for a connection's handshake.
+    pub(crate) fn load(&self) -> Cmd {
+        let mut cmd = redis::cmd("SCRIPT");
+        cmd.arg("LOAD").arg(self.source);
+        cmd
     }
 
     /// `EVALSHA sha numkeys keys… args…`
@@ -46,8 +73,15 @@ impl Script {
     }
 
     fn build(&self, verb: &str, body: &str, keys: &[&str], args: &[&[u8]]) -> Cmd {
-        let mut cmd = redis::cmd(verb);
-        cmd.arg(body).arg(keys.len());
+        // Sized up front: growing the buffers argument by argument cost a
+        // few reallocations per call, on every node of every release.
+        let bytes = verb.len()
+            + body.len()
+            + 4
+            + keys.iter().map(|k| k.len()).sum::<usize>()
+            + args.iter().map(|a| a.len()).sum::<usize>();
+        let mut cmd = Cmd::with_capacity(3 + keys.len() + args.len(), bytes);
+        cmd.arg(verb).arg(body).arg(keys.len());
         for k in keys {
             cmd.arg(*k);
         }
@@ -79,6 +113,26 @@ impl Script {
     }
 }
 
+/// The fenced acquire (DESIGN.md, section 6): `SET lock value NX PX ttl`,
+/// then `INCR` of the fence of the resource's bucket, seeded first when it
+/// was absent (`INCR` gave 1: `INCRBY` the client's clock seed, so the fence
+/// becomes seed + 1). Returns the new fence when granted, `{fence}` when
+/// refused, `{fence, PTTL}` when refused and asked for the holder's TTL (a
+/// waiter's retry). A fence at 2^53 or beyond is an error reply: the script
+/// sees numbers as doubles, exact below 2^53 (tokens reach it around the
+/// year 2255), and a wrong token is worse than no vote.
+///
+/// KEYS: lock key, fence key. ARGV: value, ttl ms, seed[, "1" to probe].
+pub(crate) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script {
+    eval_when_decided: false,
+    ..Script::new(include_str!("lua/acquire.lua"))
+});
+
+/// The scripts a lock's node runs, loaded by every connection's handshake.
+pub(crate) fn lock_scripts() -> [&'static Script; 5] {
+    [&ACQUIRE, &RELEASE, &EXTEND, &WRITE_BACK, &RESEED]
+}
+
 /// Delete the key only if it still holds our value, and announce it to the
 /// clients waiting for it (`notify`): a `PUBLISH` on the key's notice
 /// channel (`{key}@{db}`, `resource::notice_channel`), carrying the acquisition's public notice id (never the value,
@@ -93,16 +147,14 @@ impl Script {
 pub(crate) static RELEASE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("lua/release.lua")));
 
-/// Reset the expiry only if the key still holds our value, and with
-/// fencing keep the resource's fence for its retention from now: a lease
-/// extended for longer than the retention must not lose its fence while it
-/// is held (the next token would then rest on the clients' clocks). Returns
+/// Reset the expiry only if the key still holds our value (fences never
+/// expire, so nothing else needs keeping alive). Returns
 /// 1 when extended, 0 when absent, -1 when another owner's value is there
 /// (the watchdog treats that as the lock taken over where it was ours).
 /// Never deletes: an extend that falls short leaves the lock to expire on
 /// its old schedule.
 ///
-/// KEYS: lock key[, fence key]. ARGV: value, ttl ms[, retention ms].
+/// KEYS: lock key. ARGV: value, ttl ms.
 pub(crate) static EXTEND: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("lua/extend.lua")));
 
@@ -114,16 +166,16 @@ pub(crate) static EXTEND: LazyLock<Script> =
 /// compared as decimal strings (length, then bytes: `INCR` writes them
 /// without leading zeros), exact over the whole range.
 ///
-/// KEYS: lock key, fence key. ARGV: value, token, retention ms.
+/// KEYS: lock key, fence key. ARGV: value, token.
 pub(crate) static WRITE_BACK: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("lua/write_back.lua")));
 
 /// The restart guard's re-seed: raises each fence in `KEYS` to the value in
-/// the same position of `ARGV` (the largest a majority of the other nodes
-/// holds), never lowers one. Same decimal-string comparison as the
-/// write-back. Returns the number of keys.
+/// the same position of `ARGV` (the largest the other nodes read hold),
+/// never lowers one. Same decimal-string comparison as the write-back.
+/// Returns the number of keys.
 ///
-/// KEYS: fence keys. ARGV: values, then the retention in ms.
+/// KEYS: fence keys. ARGV: values.
 pub(crate) static RESEED: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("lua/reseed.lua")));
 

@@ -239,10 +239,6 @@ fn zero_durations() {
             crate::helpers::builder([NOWHERE]).reconnect_backoff_max(Duration::ZERO),
             "reconnect backoff",
         ),
-        (
-            crate::helpers::builder([NOWHERE]).fence_retention(Duration::ZERO),
-            "fence retention",
-        ),
     ];
     for (builder, name) in cases {
         let e = build_error(builder);
@@ -262,7 +258,6 @@ fn durations_longer_than_a_year() {
         (b().node_timeout(over), "node timeout"),
         (b().connect_timeout(Duration::MAX), "connect timeout"),
         (b().reconnect_backoff_max(over), "reconnect backoff"),
-        (b().fence_retention(Duration::MAX), "fence retention"),
         (b().min_validity(over), "min validity"),
     ];
     for (builder, name) in cases {

@@ -393,14 +393,14 @@ async fn eval_fallback_recaches_each_script_once() {
     round().await;
     assert_eq!(
         evals(node),
-        before + 2,
-        "extend, release: one EVAL each (the acquire is a transaction)"
+        before + 3,
+        "acquire, extend, release: one EVAL each"
     );
     round().await;
     round().await;
     assert_eq!(
         evals(node),
-        before + 2,
+        before + 3,
         "EVAL sent although the scripts were cached"
     );
 }

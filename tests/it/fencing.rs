@@ -13,15 +13,11 @@ use redfence::{
 };
 
 use crate::helpers::{
-    eventually, lock_key, ms, pttl, report, secs, warm_client, warm_up, LOCK_KEYS,
+    eventually, fence_key, lock_key, ms, pttl, report, secs, warm_client, warm_up, LOCK_KEYS,
 };
 use crate::support::{Cluster, RedisServer, ServerOptions};
 
 const FENCE_KEYS: &str = "redfence:fence:*";
-
-fn fence_key(resource: &str) -> String {
-    format!("{}fence:{resource}", redfence::limits::DEFAULT_PREFIX)
-}
 
 async fn store_on(server: &RedisServer) -> FencedStore<redis::aio::MultiplexedConnection> {
     let conn = redis::Client::open(server.url())
@@ -45,8 +41,30 @@ async fn tokens_increase_across_holders_on_1_3_and_5_nodes() {
         let cluster = Cluster::start(n);
         let a = warm_client(&cluster).await;
         let b = warm_client(&cluster).await;
-        // The warm-up's first lock may have landed on a bare majority (its
-        // own resource); count from here.
+        // The bucket's first use finds no fence on a node and writes the
+        // clock seed back there (`fence_state_is_bounded_by_the_buckets_and_kept`),
+        // to the granting nodes: acquire until every node holds the same
+        // seeded fence. The warm-up's first lock may have landed on a bare
+        // majority (its own resource). Count from here.
+        let level = |cluster: &Cluster| {
+            let fences: Vec<String> = cluster
+                .nodes
+                .iter()
+                .map(|s| s.cli(&["GET", &fence_key("seq")]))
+                .collect();
+            fences.iter().all(|f| *f == fences[0])
+                && fences[0].parse::<u64>().is_ok_and(|f| f >= 1 << 40)
+        };
+        for _ in 0..20 {
+            if level(&cluster) {
+                break;
+            }
+            a.acquire("seq", secs(5)).await.unwrap().release().await;
+            assert!(eventually(secs(2), || cluster.count_keys(LOCK_KEYS) == vec![0; n]).await);
+            // The write-back's last answers arrive after the hand-out.
+            tokio::time::sleep(ms(50)).await;
+        }
+        assert!(level(&cluster), "n={n}: seeded and level everywhere");
         let before = a.stats().write_backs + b.stats().write_backs;
         let mut last = 0;
         for i in 0..10 {
@@ -376,48 +394,66 @@ async fn wait_for(order: &Mutex<Vec<u64>>, count: usize, within: Duration) -> bo
     eventually(within, || order.lock().unwrap().len() >= count).await
 }
 
-/// What fencing stores: one fence key per resource and node, kept for the
-/// retention (never shorter than the TTL), then gone; afterwards tokens are
-/// reseeded from the node clock and still increase.
+/// What fencing stores: one fence key per bucket of resources and node,
+/// never expiring, so the state does not grow with the number of distinct
+/// resources ever locked. 3,000 resources leave at most
+/// `FENCE_BUCKETS` fence keys per node, with no TTL, and no lock key once
+/// released; tokens of one resource still increase. A bucket's first use
+/// seeds its fence from the attempt's clock seed on every node alike.
 #[tokio::test]
-async fn fence_state_expires_after_the_retention_and_tokens_still_increase() {
+async fn fence_state_is_bounded_by_the_buckets_and_kept() {
     let cluster = Cluster::start(3);
     let client = crate::helpers::builder(cluster.urls())
         .node_timeout(secs(1))
-        .fence_retention(ms(300))
         .build()
         .unwrap();
-    // Connected to every node, so each acquire reaches all three.
     warm_up(&client, &cluster).await;
-    let short_keys = "redfence:*:short";
-    let guard = client.acquire("short", secs(5)).await.unwrap();
-    let t1 = token(&guard);
-    // Retention below the TTL is raised to the TTL.
-    let ttl = pttl(&cluster.nodes[0], &fence_key("short"));
-    assert!(ttl > 4000 && ttl <= 5000, "{ttl}");
-    guard.release().await;
-    assert!(eventually(secs(2), || cluster.count_keys(LOCK_KEYS) == vec![0; 3]).await);
-    let guard = client.acquire("short", ms(100)).await.unwrap();
-    let t2 = token(&guard);
-    assert!(t2 > t1);
-    let ttl = pttl(&cluster.nodes[0], &fence_key("short"));
-    assert!(ttl > 0 && ttl <= 300, "{ttl}");
-    guard.release().await;
-    // Nothing is left once the retention has passed.
+    let before = client.stats().write_backs;
+    let guard = client.acquire("fresh", secs(5)).await.unwrap();
+    let first = token(&guard);
     assert!(
-        eventually(secs(3), || cluster.count_keys(short_keys) == vec![0; 3]).await,
-        "{:?}",
-        cluster.count_keys(short_keys)
-    );
-    let started = Instant::now();
-    let guard = client.acquire("short", secs(5)).await.unwrap();
-    assert!(
-        token(&guard) > t2,
-        "reseeded from the clock: {} after {t2}",
-        token(&guard)
+        first > 1_000_000_000_000_000,
+        "seeded from the clock: {first}"
     );
     guard.release().await;
-    assert!(started.elapsed() < secs(5));
+    assert_eq!(
+        client.stats().write_backs - before,
+        0,
+        "every node seeded the bucket with the attempt's one seed"
+    );
+    let key = fence_key("fresh");
+    let stored = cluster
+        .nodes
+        .iter()
+        .filter(|node| node.cli(&["GET", &key]) == first.to_string())
+        .count();
+    assert!(stored >= 2, "stored on {stored} nodes");
+    for node in &cluster.nodes {
+        assert_eq!(pttl(node, &key), -1, "fences never expire");
+    }
+    let tasks: Vec<_> = (0..8)
+        .map(|t| {
+            let client = client.clone();
+            tokio::spawn(async move {
+                for i in 0..375 {
+                    let guard = client.acquire(&format!("r{t}:{i}"), secs(5)).await.unwrap();
+                    guard.release().await;
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let buckets = usize::from(redfence::limits::FENCE_BUCKETS);
+    for count in cluster.count_keys(FENCE_KEYS) {
+        assert!(count <= buckets, "{count} fence keys for 3,000 resources");
+        assert!(count > buckets / 2, "the resources spread over the buckets");
+    }
+    assert!(eventually(secs(5), || cluster.count_keys(LOCK_KEYS) == vec![0; 3]).await);
+    let guard = client.acquire("fresh", secs(5)).await.unwrap();
+    assert!(token(&guard) > first);
+    guard.release().await;
 }
 
 /// With fencing off, the acquire is a plain `SET NX`, no fence key is
@@ -454,31 +490,35 @@ async fn fencing_off_has_no_token_and_no_fence_keys() {
     assert!(sets >= 2, "the acquire was a plain SET on a majority");
 }
 
-/// Fences count with `INCR`, exact up to `i64::MAX`; a fence that would
-/// pass it is an error reply from that node, never a wrong token, and the
-/// attempt releases what it took.
+/// The acquire script reads the fence as a Lua number, exact below 2^53
+/// (tokens reach it around the year 2255): a fence at 2^53 or more is an
+/// error reply from that node, never a wrong token, and so is one that
+/// `INCR` cannot move past `i64::MAX`; the attempt releases what it took.
 #[tokio::test]
-async fn fences_at_i64_max_are_refused() {
+async fn fences_past_2_pow_53_are_refused() {
     let cluster = Cluster::start(1);
     let client = warm_client(&cluster).await;
-    let limit = i64::MAX.unsigned_abs();
-    cluster.nodes[0].cli(&["SET", &fence_key("edge"), &(limit - 1).to_string()]);
+    let limit = 1u64 << 53;
+    cluster.nodes[0].cli(&["SET", &fence_key("edge"), &(limit - 2).to_string()]);
     let guard = client.acquire("edge", secs(5)).await.unwrap();
-    assert_eq!(token(&guard), limit);
+    assert_eq!(token(&guard), limit - 1, "exact just below 2^53");
     guard.release().await;
-    let err = client
-        .lock("edge", secs(5))
-        .retry(Retry::once())
-        .acquire()
-        .await
-        .unwrap_err();
-    let q = err.quorum_failure().unwrap();
-    assert!(
-        matches!(q.failures[0].kind, NodeErrorKind::Redis(_)),
-        "{err}"
-    );
-    assert!(report(&err).contains("overflow"), "{err}");
-    assert!(eventually(secs(2), || cluster.count_keys(LOCK_KEYS) == vec![0]).await);
+    for (fence, says) in [(limit - 1, "2^53"), (i64::MAX.unsigned_abs(), "overflow")] {
+        cluster.nodes[0].cli(&["SET", &fence_key("edge"), &fence.to_string()]);
+        let err = client
+            .lock("edge", secs(5))
+            .retry(Retry::once())
+            .acquire()
+            .await
+            .unwrap_err();
+        let q = err.quorum_failure().unwrap();
+        assert!(
+            matches!(q.failures[0].kind, NodeErrorKind::Redis(_)),
+            "{err}"
+        );
+        assert!(report(&err).contains(says), "{err}");
+        assert!(eventually(secs(2), || cluster.count_keys(LOCK_KEYS) == vec![0]).await);
+    }
 }
 
 /// The fenced store's own errors: a timeout (the store server paused), and

@@ -16,11 +16,6 @@ use crate::helpers::{
 use crate::support::proxy::Fault;
 use crate::support::{Cluster, RedisServer};
 
-/// The fence key of `resource` under the default prefix.
-fn fence_key(resource: &str) -> String {
-    format!("{}fence:{resource}", redfence::limits::DEFAULT_PREFIX)
-}
-
 /// A contender that crashed mid-attempt leaves its value on one node. Our
 /// lock is granted by the other two; the watchdog's extends hear the
 /// foreign value on that node every time. It never held our value there,
@@ -228,36 +223,6 @@ async fn an_address_that_reaches_another_server_is_a_restart() {
     first.release().await;
 }
 
-/// A lease auto-extended for longer than the fence retention keeps its
-/// fence: the extends refresh it, so the next token does not rest on the
-/// clients' clocks.
-#[tokio::test]
-async fn extends_keep_the_fence_alive() {
-    let cluster = Cluster::start(3);
-    let client = builder(cluster.urls())
-        .node_timeout(ms(200))
-        .fence_retention(secs(2))
-        .build()
-        .unwrap();
-    warm_up(&client, &cluster).await;
-    let guard = client
-        .lock("long", ms(500))
-        .auto_extend(AutoExtend::new())
-        .acquire()
-        .await
-        .unwrap();
-    tokio::time::sleep(ms(3200)).await;
-    assert!(guard.lease().is_valid(), "{:?}", guard.lease().loss());
-    let key = fence_key("long");
-    let kept = cluster
-        .nodes
-        .iter()
-        .filter(|n| n.cli(&["EXISTS", &key]) == "1")
-        .count();
-    assert!(kept >= 2, "the fence survives on {kept} of 3 nodes");
-    guard.release().await;
-}
-
 /// Key names that could reach another deployment's keys are refused: an
 /// empty prefix (the re-seed would scan `fence:*` across the database) and
 /// a prefix that nests a key kind (`a:lock:` names the keys of resources
@@ -351,4 +316,51 @@ async fn a_slow_node_that_lost_its_scripts_still_extends() {
     assert!(left > 0, "the slow node's key is gone (PTTL {left})");
     slow.set(Fault::Pass);
     guard.release().await;
+}
+
+/// The acquire is a script too, but its `EVAL` after a `NOSCRIPT` is not
+/// sent once the round has decided: the release is queued behind it, and
+/// a grant landing after its own release would block the resource for a
+/// whole TTL. The slow node gets `SCRIPT LOAD` instead, so its next
+/// acquire runs the script. Before this rule the slow node kept the key
+/// after the release.
+#[tokio::test]
+async fn a_slow_node_that_lost_its_scripts_keeps_no_late_grant() {
+    let cluster = Cluster::start(3);
+    let slow = proxy_to(&cluster.nodes[2]);
+    let mut urls = cluster.urls();
+    urls[2] = slow.url();
+    let client = client_with_timeout(urls, ms(500));
+    warm_up(&client, &cluster).await;
+    // The acquire script is gone there, the release script is not (as
+    // after a flush and a release's own `EVAL`): the release runs first.
+    cluster.nodes[2].cli(&["SCRIPT", "FLUSH"]);
+    let release = include_str!("../../src/wire/lua/release.lua");
+    cluster.nodes[2].cli(&["SCRIPT", "LOAD", release]);
+    slow.set(Fault::Delay(ms(40)));
+    let guard = client.acquire("late", secs(10)).await.unwrap();
+    guard.release().await;
+    // Long after the slow node's NOSCRIPT came back: no key anywhere.
+    tokio::time::sleep(ms(600)).await;
+    assert_eq!(
+        cluster.count_keys(crate::helpers::LOCK_KEYS),
+        vec![0, 0, 0],
+        "a late grant outlived its release"
+    );
+    assert_eq!(
+        cluster.nodes[2].cli(&["SCRIPT", "EXISTS", redfence_acquire_sha()]),
+        "1",
+        "the script was loaded for the next acquire"
+    );
+    slow.set(Fault::Pass);
+}
+
+/// The SHA1 of the acquire script, as the crate sends it.
+fn redfence_acquire_sha() -> &'static str {
+    static SHA: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    SHA.get_or_init(|| {
+        redis::Script::new(include_str!("../../src/wire/lua/acquire.lua"))
+            .get_hash()
+            .to_owned()
+    })
 }

@@ -11,6 +11,14 @@ use crate::support::RedisServer;
 pub const LOCK_KEYS: &str = "redfence:lock:*";
 
 /// The Redis key of `resource`'s lock under the default prefix.
+/// The fence key of `resource` under the default prefix: the key of its
+/// bucket, as a client computes it (building a client sends nothing).
+pub fn fence_key(resource: &str) -> String {
+    redfence::Client::new(["redis://127.0.0.1:1"])
+        .expect("a valid URL")
+        .fence_key(resource)
+}
+
 pub fn lock_key(resource: &str) -> String {
     format!("{}lock:{resource}", redfence::limits::DEFAULT_PREFIX)
 }

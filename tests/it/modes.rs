@@ -263,6 +263,9 @@ async fn extend_after_expiry_is_not_held() {
     let client = new_client(&cluster);
     let guard = client.acquire("short", secs(10)).await.unwrap();
     let key = lock_key("short");
+    // The third grant may land after the acquire returned: wait for it, so
+    // that the deletes below are the last word on every node.
+    assert!(eventually(secs(2), || cluster.count_keys(LOCK_KEYS) == vec![1; 3]).await);
     for node in &cluster.nodes {
         node.cli(&["DEL", &key]);
     }

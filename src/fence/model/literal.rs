@@ -1,15 +1,15 @@
 //! The literal model: the protocol as described in the module docs, with
 //! none of the reductions but dropping answers the client will ignore
 //! (explicit key expiry, refusals, `NotHeld` answers, full attempt
-//! identities, no symmetry), and the same fence expiries, restarts and
-//! re-seeds. Far larger; it exists to check that the reduced model reaches
+//! identities, no symmetry), and the same fence expiries, restarts,
+//! re-seeds and bucket-mates. Far larger; it exists to check that the reduced model reaches
 //! exactly the same hand-outs.
 
 use std::collections::{BTreeSet, HashSet};
 use std::hash::{DefaultHasher, Hash, Hasher};
 
 use super::super::{merge, next_fence};
-use super::reduced::fence_u8;
+use super::reduced::{fence_u8, mate_write_backs};
 use super::search::Visited;
 use super::*;
 use crate::quorum::{quorum, Decision, Tally};
@@ -103,6 +103,10 @@ struct LitState<const N: usize> {
     handed: u32,
     expiries: u8,
     restarts: u8,
+    mates: u8,
+    /// The largest fence any node has held, while a bucket-mate step is
+    /// left.
+    high: u8,
 }
 
 impl<const N: usize> LitState<N> {
@@ -160,6 +164,8 @@ pub(super) fn literal<const N: usize>(config: &Config<'_>) -> (BTreeSet<Event>, 
         handed: 0,
         expiries: config.expiries,
         restarts: config.restarts,
+        mates: config.bucket_mates,
+        high: 0,
     };
     let mut events = BTreeSet::new();
     // Fingerprints, not states: [2, 1] has millions of states of about
@@ -292,6 +298,24 @@ pub(super) fn literal<const N: usize>(config: &Config<'_>) -> (BTreeSet<Event>, 
                 }
                 next.push(t);
             }
+            // Bucket-mates: at a node that votes, an acquire (seeded from
+            // an agreeing clock if absent, then `INCR`) or a write-back.
+            if s.mates > 0 && s.status[i] == UP {
+                let mut t = s;
+                let seed = t.max_handed();
+                t.fence[i] = Some(fence_u8(next_fence(u64::from(s.fence[i].unwrap_or(seed)))));
+                t.mates -= 1;
+                next.push(t);
+                for x in mate_write_backs(config.mate_write_back, s.fence[i], s.high) {
+                    let mut t = s;
+                    t.fence[i] = Some(match config.mate_write_back {
+                        MateWriteBack::Set => x,
+                        _ => s.fence[i].map_or(x, |f| f.max(x)),
+                    });
+                    t.mates -= 1;
+                    next.push(t);
+                }
+            }
             if config.late_clients && s.status[i] == DOWN && !s.touched(i) {
                 let mut t = s;
                 t.status[i] = UP;
@@ -327,6 +351,12 @@ pub(super) fn literal<const N: usize>(config: &Config<'_>) -> (BTreeSet<Event>, 
         }
         for mut t in next {
             lit_forget_ignored(&mut t);
+            // `high` is read only while a bucket-mate step is left.
+            t.high = if t.mates > 0 {
+                t.fence.iter().flatten().fold(t.high, |h, &f| h.max(f))
+            } else {
+                0
+            };
             for i in 0..N {
                 if t.status[i] == WAITING && !t.touched(i) {
                     t.status[i] = UP;

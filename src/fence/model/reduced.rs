@@ -1,8 +1,8 @@
 //! The reduced model: its compact state, its transitions (driven by the
 //! crate's own `merge`, `needs_write_back`, `next_fence` and `Tally`), and
-//! the reductions that keep it small (pruning, bounds, symmetry, hashing).
-//! One concept: every reduction is stated against the transitions it
-//! reduces, so they live together.
+//! the reductions that keep it small (pruning, bounds; symmetry and hashing
+//! are in `symmetry.rs`). One concept: every reduction is stated against
+//! the transitions it reduces, so they live together.
 
 use std::fmt::Write as _;
 
@@ -50,9 +50,15 @@ pub(super) struct State<const N: usize> {
     pub(super) clients: [ClientState; C],
     /// Bit `t`: token `t` was handed out (pruned to the bits that matter).
     pub(super) handed: u32,
-    /// Fence expiries and restarts the run may still make.
+    /// Fence expiries, restarts and bucket-mate steps the run may still
+    /// make.
     pub(super) expiries: u8,
     pub(super) restarts: u8,
+    pub(super) bucket_mates: u8,
+    /// The largest fence any node has held (monotone, unlike the largest
+    /// fence now: restarts and expiries lose fences), which bounds what a
+    /// bucket-mate can write back; 0 once no bucket-mate step is left.
+    pub(super) high: u8,
 }
 
 impl<const N: usize> State<N> {
@@ -66,6 +72,8 @@ impl<const N: usize> State<N> {
             handed: 0,
             expiries: config.expiries,
             restarts: config.restarts,
+            bucket_mates: config.bucket_mates,
+            high: 0,
         }
     }
 
@@ -98,7 +106,7 @@ pub(super) struct Model<'a, const N: usize> {
     max_down: usize,
     /// Client renamings that map every client to one with as many attempts
     /// (the identity first).
-    renamings: Vec<[usize; C]>,
+    pub(super) renamings: Vec<[usize; C]>,
 }
 
 impl<'a, const N: usize> Model<'a, N> {
@@ -111,7 +119,7 @@ impl<'a, const N: usize> Model<'a, N> {
         assert!((2..=8).contains(&N), "2 to 8 nodes");
         let total: usize = config.attempts.iter().map(|&a| usize::from(a)).sum();
         assert!(
-            total * N <= usize::from(MAX_FENCE),
+            total * N + usize::from(config.bucket_mates) <= usize::from(MAX_FENCE),
             "fences must fit in 5 bits"
         );
         assert!(
@@ -145,6 +153,13 @@ impl<'a, const N: usize> Model<'a, N> {
 
     fn checks_owner(&self) -> bool {
         self.config.variant == Variant::WriteBack
+    }
+
+    /// Whether a bucket-mate may still lower a fence, or set an absent one
+    /// below the clock (the negative controls only): then no fence bounds
+    /// later grants, and no write-back of ours is certain to change nothing.
+    fn mates_may_lower(&self, s: &State<N>) -> bool {
+        s.bucket_mates > 0 && self.config.mate_write_back != MateWriteBack::Max
     }
 
     /// Sources a re-seed of node `r` needs.
@@ -226,6 +241,19 @@ impl<'a, const N: usize> Model<'a, N> {
             for sources in 1..(1u8 << N) {
                 if self.reseed_enabled(s, r, sources) {
                     out.push(Step::Reseed { node: r, sources });
+                }
+            }
+        }
+        if s.bucket_mates > 0 {
+            // Bucket-mates send fenced requests only to nodes that vote
+            // (`Node::ready` refuses the others locally).
+            for (n, node) in s.nodes.iter().enumerate() {
+                if node.status != UP {
+                    continue;
+                }
+                out.push(Step::MateAcquire(n));
+                for to in mate_write_backs(self.config.mate_write_back, node.fence, s.high) {
+                    out.push(Step::MateWriteBack { node: n, to });
                 }
             }
         }
@@ -378,6 +406,40 @@ impl<'a, const N: usize> Model<'a, N> {
                     "n{r} votes again without a re-seed (a client that met it late)"
                 );
                 n.nodes[r].status = UP;
+            }
+            Step::MateAcquire(i) => {
+                // Bucket-mates' clocks agree: the seed is the clock.
+                let seed = n.max_handed();
+                let node = &mut n.nodes[i];
+                let before = node.fence;
+                node.fence = Some(fence_u8(next_fence(u64::from(before.unwrap_or(seed)))));
+                note!(
+                    log,
+                    "n{i} ← bucket-mate acquire: fence {} → {}",
+                    fence_name(before),
+                    fence_name(node.fence)
+                );
+                if before.is_none() {
+                    note!(log, " (seeded {seed})");
+                }
+                n.bucket_mates -= 1;
+                effects.mate = true;
+            }
+            Step::MateWriteBack { node: i, to } => {
+                let node = &mut n.nodes[i];
+                let before = node.fence;
+                node.fence = Some(match self.config.mate_write_back {
+                    MateWriteBack::Set => to,
+                    _ => before.map_or(to, |f| f.max(to)),
+                });
+                note!(
+                    log,
+                    "n{i} ← bucket-mate write-back {to}: fence {} → {}",
+                    fence_name(before),
+                    fence_name(node.fence)
+                );
+                n.bucket_mates -= 1;
+                effects.mate = true;
             }
         }
         effects.lost_write_backs += self.prune(&mut n);
@@ -585,6 +647,7 @@ impl<'a, const N: usize> Model<'a, N> {
             written_back,
             after_reseed: s.restarts < self.config.restarts
                 && s.nodes.iter().all(|n| n.status == UP),
+            after_mate: s.bucket_mates < self.config.bucket_mates,
         };
         s.handed |= 1 << token;
         s.clients[c].phase = IDLE;
@@ -598,7 +661,17 @@ impl<'a, const N: usize> Model<'a, N> {
     /// write-backs cancelled because their key is no longer theirs.
     fn prune(&self, s: &mut State<N>) -> u32 {
         let checks_owner = self.checks_owner();
+        let may_lower = self.mates_may_lower(s);
         let mut lost = 0;
+
+        // The largest fence ever held: raised only by an `INCR` (seeds,
+        // copies and write-backs never exceed it), so tracking the fences
+        // after every step is enough. Unused once no bucket-mate is left.
+        s.high = if s.bucket_mates > 0 {
+            s.nodes.iter().filter_map(|n| n.fence).fold(s.high, u8::max)
+        } else {
+            0
+        };
 
         // A write-back that fails the ownership check would change nothing
         // but the client's count: drop it, and un-await its node. (The
@@ -675,8 +748,9 @@ impl<'a, const N: usize> Model<'a, N> {
                     None => true,
                     Some((a, token)) => {
                         let waited_for = pending && a == cl.attempt;
-                        let raises = fence.is_none_or(|f| f < token)
-                            && (!checks_owner || holder == live(c, a));
+                        let raises = may_lower
+                            || fence.is_none_or(|f| f < token)
+                                && (!checks_owner || holder == live(c, a));
                         waited_for || raises
                     }
                 });
@@ -759,6 +833,9 @@ impl<'a, const N: usize> Model<'a, N> {
     /// in a restart, or is down, only by 0 (a re-seed is not trusted here).
     fn lower(&self, s: &State<N>, i: usize) -> u8 {
         let node = &s.nodes[i];
+        if self.mates_may_lower(s) {
+            return 0;
+        }
         if !self.config.clock_matters() {
             return node.fence.unwrap_or(0);
         }
@@ -804,35 +881,6 @@ impl<'a, const N: usize> Model<'a, N> {
         values.sort_unstable();
         values[self.quorum - 1]
     }
-
-    /// The fingerprint of `s`'s symmetry class. The class representative:
-    /// among the client renamings, those giving the smallest client array;
-    /// of those, the smallest fingerprint with nodes sorted. Both choices
-    /// depend only on the class. Sorting whole nodes carries each node's
-    /// channels and each client's knowledge of it along. (A re-seed's
-    /// sources are chosen and read in one step, so no state names a node.)
-    pub(super) fn fingerprint(&self, s: &State<N>) -> u128 {
-        if !self.config.symmetry {
-            return hash_state(s);
-        }
-        let renamed = |p: &[usize; C]| {
-            let mut clients = [ClientState::default(); C];
-            for c in 0..C {
-                clients[p[c]] = s.clients[c];
-            }
-            clients
-        };
-        let Some(least) = self.renamings.iter().map(renamed).min() else {
-            unreachable!("the identity is a renaming")
-        };
-        let mut best = u128::MAX;
-        for p in self.renamings.iter().filter(|p| renamed(p) == least) {
-            let mut r = rename(s, p);
-            r.nodes.sort_unstable();
-            best = best.min(hash_state(&r));
-        }
-        best
-    }
 }
 
 /// Keeps the messages of a channel that pass `keep`, in order.
@@ -867,115 +915,30 @@ pub(super) fn fence_u8(fence: u64) -> u8 {
     }
 }
 
+/// The values a bucket-mate's write-back can bring to a fence: its token
+/// `x` is a value some node's fence held, so `x ≤ high`, and `x ≥ 1`. The
+/// protocol's `max` lands only where the fence is present (the write-back
+/// is gated on the bucket-mate's lock key, set by a grant that made the
+/// fence present; an expiry or restart since has made the key anonymous or
+/// lost it), and only a value above the fence changes anything.
+pub(super) fn mate_write_backs(
+    rule: MateWriteBack,
+    fence: Option<u8>,
+    high: u8,
+) -> impl Iterator<Item = u8> {
+    (1..=high).filter(move |&x| match (rule, fence) {
+        (MateWriteBack::Max, None) => false,
+        (MateWriteBack::Set, None) => false,
+        (MateWriteBack::Set, Some(f)) => x != f,
+        (_, Some(f)) => x > f,
+        (MateWriteBack::Ungated, None) => true,
+    })
+}
+
+pub(super) fn fence_name(fence: Option<u8>) -> String {
+    fence.map_or("none".to_string(), |f| f.to_string())
+}
+
 pub(super) fn who(client: usize, attempt: u8) -> String {
     format!("c{client}#{attempt}")
-}
-
-/// All permutations of `0..C`, the identity first.
-pub(super) fn permutations() -> Vec<[usize; C]> {
-    fn extend(p: &mut [usize; C], k: usize, used: u32, out: &mut Vec<[usize; C]>) {
-        if k == C {
-            out.push(*p);
-            return;
-        }
-        for v in 0..C {
-            if used & (1 << v) == 0 {
-                p[k] = v;
-                extend(p, k + 1, used | (1 << v), out);
-            }
-        }
-    }
-    let mut out = Vec::new();
-    extend(&mut [0; C], 0, 0, &mut out);
-    out
-}
-
-/// `s` with client `c` renamed `p[c]` everywhere: its state, its links, and
-/// the key holders that name it.
-fn rename<const N: usize>(s: &State<N>, p: &[usize; C]) -> State<N> {
-    let mut r = *s;
-    for (&to, &client) in p.iter().zip(&s.clients) {
-        r.clients[to] = client;
-    }
-    for (rn, sn) in r.nodes.iter_mut().zip(&s.nodes) {
-        for (&to, &link) in p.iter().zip(&sn.links) {
-            rn.links[to] = link;
-        }
-        if let Some((c, a)) = live_parts(sn.holder) {
-            rn.holder = live(p[c], a);
-        }
-    }
-    r
-}
-
-/// A 128-bit fingerprint of the state: its fields packed without loss
-/// into words (one per link, one per four nodes' holder, fence and status,
-/// two for the clients and handed-out tokens, one for the budgets when
-/// any is left), absorbed by two 64-bit lanes, each a chain of bijective
-/// mixes (splitmix64's finaliser, with different constants per lane).
-fn hash_state<const N: usize>(s: &State<N>) -> u128 {
-    let (mut a, mut b) = (0x243F_6A88_85A3_08D3u64, 0x1319_8A2E_0370_7344u64);
-    let mut absorb = |w: u64| {
-        a = mix(a ^ w, 0xBF58_476D_1CE4_E5B9, 0x94D0_49BB_1331_11EB);
-        b = mix(b ^ w, 0xFF51_AFD7_ED55_8CCD, 0xC4CE_B9FE_1A85_EC53);
-    };
-    let (mut heads, mut packed) = (0u64, 0);
-    for node in &s.nodes {
-        for link in &node.links {
-            let req = link.req.iter().fold(0u64, |w, &m| w << 8 | u64::from(m));
-            absorb(req | u64::from(link.reply) << 32 | u64::from(link.seen) << 40);
-        }
-        let fence = node.fence.map_or(0x3F, u64::from);
-        heads = heads << 16 | u64::from(node.holder) << 8 | fence << 2 | u64::from(node.status);
-        packed += 1;
-        if packed == 4 {
-            absorb(heads);
-            (heads, packed) = (0, 0);
-        }
-    }
-    if packed > 0 {
-        absorb(heads);
-    }
-    let client = |c: &ClientState| {
-        u64::from(c.attempt) << 24
-            | u64::from(c.phase) << 16
-            | u64::from(c.floor) << 8
-            | u64::from(c.token)
-    };
-    absorb(client(&s.clients[0]) << 32 | client(&s.clients[1]));
-    absorb(client(&s.clients[2]) << 32 | u64::from(s.handed));
-    if s.expiries != 0 || s.restarts != 0 {
-        absorb(u64::from(s.expiries) << 8 | u64::from(s.restarts));
-    }
-    (u128::from(a) << 64) | u128::from(b)
-}
-
-// Packing four request bytes, three clients, 32 handed bits, 6-bit fences
-// and 8-bit holders (at most `live(C - 1, MAX_ATTEMPTS)`) as above.
-const _: () = assert!(QCAP == 4 && C == 3 && MAX_FENCE < 0x3F);
-
-fn mix(mut x: u64, k1: u64, k2: u64) -> u64 {
-    x ^= x >> 30;
-    x = x.wrapping_mul(k1);
-    x ^= x >> 27;
-    x = x.wrapping_mul(k2);
-    x ^ (x >> 31)
-}
-
-/// The visited set's keys are fingerprints already: use their low bits.
-#[derive(Default)]
-pub(super) struct Prehashed(u64);
-
-impl std::hash::Hasher for Prehashed {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = self.0.rotate_left(8) ^ u64::from(b);
-        }
-    }
-    fn write_u128(&mut self, v: u128) {
-        self.0 = v as u64;
-    }
 }

@@ -8,7 +8,8 @@ use std::collections::{HashSet, VecDeque};
 use std::hash::BuildHasherDefault;
 use std::time::Instant;
 
-use super::reduced::{Model, Prehashed, State};
+use super::reduced::{Model, State};
+use super::symmetry::Prehashed;
 use super::*;
 
 pub(super) type Visited = HashSet<u128, BuildHasherDefault<Prehashed>>;

@@ -6,7 +6,6 @@
 use std::time::Instant;
 
 use super::literal::literal;
-use super::reduced::permutations;
 use super::search::check;
 use super::*;
 
@@ -14,8 +13,9 @@ use super::*;
 /// a hand-out after a write-back, a write-back losing its key; with
 /// expiries, fences expiring and being seeded again; with restarts, nodes
 /// re-seeded and every restarted node voting again before a hand-out, and
-/// the re-seed's liveness checked.
-fn assert_safe<const N: usize>(config: Config<'_>) -> Report {
+/// the re-seed's liveness checked; with bucket-mates, their steps taken
+/// and hand-outs after them.
+pub(super) fn assert_safe<const N: usize>(config: Config<'_>) -> Report {
     let r = check::<N>(config);
     assert!(r.monotonicity.is_none(), "strict monotonicity violated");
     assert!(r.uniqueness.is_none(), "a token was handed out twice");
@@ -44,13 +44,19 @@ fn assert_safe<const N: usize>(config: Config<'_>) -> Report {
             "the re-seed's liveness went unchecked"
         );
     }
+    if config.bucket_mates > 0 {
+        assert!(
+            r.mate_steps > 0 && r.after_mate > 0,
+            "no hand-out after a bucket-mate moved a fence"
+        );
+    }
     r
 }
 
 /// Skips a test of the largest configurations (minutes each) unless
 /// `REDFENCE_MODEL_LARGE=1`, saying so loudly: the ignored tests without it
 /// are the CI run.
-fn large() -> bool {
+pub(super) fn large() -> bool {
     let on = std::env::var_os("REDFENCE_MODEL_LARGE").is_some();
     if !on {
         eprintln!("SKIPPED: set REDFENCE_MODEL_LARGE=1 for the largest configurations");
@@ -457,7 +463,7 @@ fn negative_controls_in_full() {
 /// Forgetting floors and tokens, and the symmetry reduction, lose no
 /// hand-out: the same hand-outs are reached without them, and the bounds
 /// that justify forgetting hold on every transition.
-fn assert_forgetting_and_symmetry_keep_hand_outs<const N: usize>(config: Config<'_>) {
+pub(super) fn assert_forgetting_and_symmetry_keep_hand_outs<const N: usize>(config: Config<'_>) {
     let all = check::<N>(Config {
         forget_tokens: false,
         symmetry: false,
@@ -617,17 +623,19 @@ fn up_to_renaming(events: &BTreeSet<Event>, config: &Config<'_>) -> BTreeSet<Eve
 
 /// The reductions lose no behaviour: the reduced and the literal model
 /// reach exactly the same hand-outs (who, which token, which verdicts).
-fn assert_same_hand_outs<const N: usize>(config: Config<'_>) {
+pub(super) fn assert_same_hand_outs<const N: usize>(config: Config<'_>) {
     let started = Instant::now();
     let (literal_events, literal_states) = literal::<N>(&config);
     eprintln!(
-        "literal N = {N} {:?} attempts {:?}, {} expiries, {} restarts, clock {:?}: \
-         {literal_states} states, {} kinds of hand-out, {:.2?}",
+        "literal N = {N} {:?} attempts {:?}, {} expiries, {} restarts, clock {:?}, \
+         {} bucket-mate steps ({:?}): {literal_states} states, {} kinds of hand-out, {:.2?}",
         config.variant,
         config.attempts,
         config.expiries,
         config.restarts,
         config.clock,
+        config.bucket_mates,
+        config.mate_write_back,
         literal_events.len(),
         started.elapsed()
     );

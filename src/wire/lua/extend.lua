@@ -1,8 +1,5 @@
 local v = redis.call('GET', KEYS[1])
 if v == ARGV[1] then
-  if KEYS[2] then
-    redis.call('PEXPIRE', KEYS[2], ARGV[3])
-  end
   return redis.call('PEXPIRE', KEYS[1], ARGV[2])
 end
 if v then

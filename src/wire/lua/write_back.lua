@@ -3,6 +3,6 @@ if redis.call('GET', KEYS[1]) ~= ARGV[1] then
 end
 local f = redis.call('GET', KEYS[2])
 if not f or #f < #ARGV[2] or (#f == #ARGV[2] and f < ARGV[2]) then
-  redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[3])
+  redis.call('SET', KEYS[2], ARGV[2])
 end
 return 1

@@ -1,0 +1,15 @@
+local granted = redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])
+local f = redis.call('INCR', KEYS[2])
+if f == 1 then
+  f = redis.call('INCRBY', KEYS[2], ARGV[3])
+end
+if f >= 9007199254740992 then
+  return redis.error_reply('ERR fence at 2^53: tokens past it are not exact')
+end
+if granted then
+  return f
+end
+if ARGV[4] then
+  return {f, redis.call('PTTL', KEYS[1])}
+end
+return {f}
