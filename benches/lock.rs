@@ -189,17 +189,10 @@ fn main() {
 }
 
 fn run() -> i32 {
-    let measure = match measure_secs(MEASURE_DEFAULT) {
+    let measure = match preflight(MEASURE_DEFAULT) {
         Ok(s) => s,
-        Err(msg) => {
-            eprintln!("{msg}");
-            return 2;
-        }
+        Err(code) => return code,
     };
-    if let Some(msg) = redis_server_missing() {
-        eprintln!("{msg}");
-        return 2;
-    }
     let warmup = (measure * 0.15).min(WARMUP_MAX);
     let load_before = loadavg();
     let started = Instant::now();

@@ -65,9 +65,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::{
-    contend, count, first_error_text, first_non_increase, floor_conns, keys_text, loadavg,
-    measure_secs, pct, proc_cpu_ns, redis_server_missing, scan_count, self_cpu_ns, NodeStats,
-    Samples, Subject, RELEASE_LUA,
+    contend, count, first_error_text, first_non_increase, floor_conns, keys_text, loadavg, pct,
+    preflight, proc_cpu_ns, scan_count, self_cpu_ns, NodeStats, Samples, Subject, RELEASE_LUA,
 };
 use server::{Cluster, RedisServer};
 
@@ -112,17 +111,10 @@ fn main() {
 }
 
 fn run() -> i32 {
-    let measure = match measure_secs(MEASURE_DEFAULT) {
+    let measure = match preflight(MEASURE_DEFAULT) {
         Ok(s) => s,
-        Err(msg) => {
-            eprintln!("{msg}");
-            return 2;
-        }
+        Err(code) => return code,
     };
-    if let Some(msg) = redis_server_missing() {
-        eprintln!("{msg}");
-        return 2;
-    }
     let sizes = if measure >= 1.0 {
         Sizes {
             slices: SLICES,

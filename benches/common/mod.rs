@@ -63,6 +63,21 @@ pub fn measure_secs(default: f64) -> Result<f64, String> {
     }
 }
 
+/// What every bench checks first: the measured seconds per row
+/// ([`measure_secs`]) when `redis-server` runs; otherwise the message is
+/// printed and the exit code (2) returned.
+pub fn preflight(default: f64) -> Result<f64, i32> {
+    let measure = measure_secs(default).map_err(|msg| {
+        eprintln!("{msg}");
+        2
+    })?;
+    if let Some(msg) = redis_server_missing() {
+        eprintln!("{msg}");
+        return Err(2);
+    }
+    Ok(measure)
+}
+
 /// `None` when `redis-server` (or `REDIS_SERVER_BIN`) runs; else what to
 /// tell the user, so that a bench exits with a message instead of the
 /// harness's panic.

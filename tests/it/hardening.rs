@@ -294,11 +294,7 @@ async fn release_notices_stay_within_their_database() {
 #[tokio::test]
 async fn a_slow_node_that_lost_its_scripts_still_extends() {
     let cluster = Cluster::start(3);
-    let slow = proxy_to(&cluster.nodes[2]);
-    let mut urls = cluster.urls();
-    urls[2] = slow.url();
-    let client = client_with_timeout(urls, ms(500));
-    warm_up(&client, &cluster).await;
+    let (slow, client) = behind_a_proxy_on_node_2(&cluster).await;
     let guard = client
         .lock("slow", ms(900))
         .auto_extend(AutoExtend::new())
@@ -327,11 +323,7 @@ async fn a_slow_node_that_lost_its_scripts_still_extends() {
 #[tokio::test]
 async fn a_slow_node_that_lost_its_scripts_keeps_no_late_grant() {
     let cluster = Cluster::start(3);
-    let slow = proxy_to(&cluster.nodes[2]);
-    let mut urls = cluster.urls();
-    urls[2] = slow.url();
-    let client = client_with_timeout(urls, ms(500));
-    warm_up(&client, &cluster).await;
+    let (slow, client) = behind_a_proxy_on_node_2(&cluster).await;
     // The acquire script is gone there, the release script is not (as
     // after a flush and a release's own `EVAL`): the release runs first.
     cluster.nodes[2].cli(&["SCRIPT", "FLUSH"]);
@@ -363,4 +355,17 @@ fn redfence_acquire_sha() -> &'static str {
             .get_hash()
             .to_owned()
     })
+}
+
+/// A warmed-up client of `cluster` that reaches node 2 through a fault
+/// proxy (the proxy is returned to slow it down).
+async fn behind_a_proxy_on_node_2(
+    cluster: &Cluster,
+) -> (crate::support::proxy::FaultProxy, Client) {
+    let slow = proxy_to(&cluster.nodes[2]);
+    let mut urls = cluster.urls();
+    urls[2] = slow.url();
+    let client = client_with_timeout(urls, ms(500));
+    warm_up(&client, cluster).await;
+    (slow, client)
 }

@@ -318,11 +318,22 @@ async fn the_reseed_reads_nothing_before_the_window_is_over() {
     let mut cluster = Cluster::start(3);
     let window = secs(4);
     let client = guarded(&cluster, window);
-    // Past the first window every node votes (fresh servers are young too).
-    patiently(&client, "w", secs(1), "granted")
-        .await
-        .release()
-        .await;
+    // Past the first window every node votes once its own re-seed is done
+    // (fresh servers are young too): wait for all three, so that no other
+    // node's re-seed reads the sources below.
+    let mut tries = 0;
+    loop {
+        tries += 1;
+        let guard = patiently(&client, "w", secs(1), "granted").await;
+        let everywhere = eventually(secs(1), || cluster.count_keys(LOCK_KEYS) == vec![1; 3]).await;
+        guard.release().await;
+        if everywhere {
+            break;
+        }
+        assert!(tries < 20, "never granted by all three nodes");
+        tokio::time::sleep(ms(100)).await;
+    }
+    assert!(eventually(secs(2), || cluster.count_keys(LOCK_KEYS) == vec![0; 3]).await);
     // A foreign value on node 2: acquires of "w" need node 0's vote, so
     // each one asks node 0 (a round decided without it may skip it).
     let key = crate::helpers::lock_key("w");
