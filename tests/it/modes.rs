@@ -260,7 +260,8 @@ async fn release_never_deletes_another_owners_key() {
 #[tokio::test]
 async fn extend_after_expiry_is_not_held() {
     let cluster = Cluster::start(3);
-    let client = new_client(&cluster);
+    // Connected to every node, so that the acquire reaches all three.
+    let client = warm_client(&cluster).await;
     let guard = client.acquire("short", secs(10)).await.unwrap();
     let key = lock_key("short");
     // The third grant may land after the acquire returned: wait for it, so
