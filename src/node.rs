@@ -283,9 +283,28 @@ impl Node {
         through_stall: bool,
         vote: Option<Vote>,
     ) -> Result<Value, NodeErrorKind> {
+        let evalsha = script.evalsha(keys, args);
+        self.run_script_prepared(script, &evalsha, keys, args, settled, through_stall, vote)
+            .await
+    }
+
+    /// [`run_script`](Self::run_script) with its `EVALSHA` built by the
+    /// caller (`script.evalsha(keys, args)`), so that a fan-out builds it
+    /// once for every node instead of once per node.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) async fn run_script_prepared(
+        &self,
+        script: &Script,
+        evalsha: &Cmd,
+        keys: &[&str],
+        args: &[&[u8]],
+        settled: &Settled,
+        through_stall: bool,
+        vote: Option<Vote>,
+    ) -> Result<Value, NodeErrorKind> {
         let connected = self.ready(settled, through_stall, vote).await?;
         let mut conn = connected.conn.clone();
-        let first = script.evalsha(keys, args).query_async(&mut conn).await;
+        let first = evalsha.query_async(&mut conn).await;
         let reply = match first {
             Err(e)
                 if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript)

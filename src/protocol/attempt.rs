@@ -28,8 +28,10 @@ use crate::wire::scripts::ACQUIRE;
 enum Acquire {
     Command(Cmd),
     Pipeline(Pipeline),
-    /// The fenced acquire script: its keys and arguments.
+    /// The fenced acquire script: its `EVALSHA`, built once for every
+    /// node, and its keys and arguments for an `EVAL` after `NOSCRIPT`.
     Fenced {
+        evalsha: Cmd,
         keys: [Arc<str>; 2],
         args: Vec<Vec<u8>>,
     },
@@ -87,7 +89,18 @@ pub(crate) async fn attempt(
                 args.push(b"1".to_vec());
             }
             let keys = [held.key.clone(), fence_key.clone()];
-            (Acquire::Fenced { keys, args }, parse_fenced)
+            let evalsha = {
+                let arg_refs: Vec<&[u8]> = args.iter().map(Vec::as_slice).collect();
+                ACQUIRE.evalsha(&[&keys[0], &keys[1]], &arg_refs)
+            };
+            (
+                Acquire::Fenced {
+                    evalsha,
+                    keys,
+                    args,
+                },
+                parse_fenced,
+            )
         }
     };
     let request = Arc::new(request);
@@ -102,11 +115,17 @@ pub(crate) async fn attempt(
             async move {
                 let reply = match &*request {
                     Acquire::Command(cmd) => node.run_command(cmd, &settled, vote).await?,
-                    Acquire::Fenced { keys, args } => {
+                    Acquire::Fenced {
+                        evalsha,
+                        keys,
+                        args,
+                    } => {
                         let keys: [&str; 2] = [&keys[0], &keys[1]];
                         let args: Vec<&[u8]> = args.iter().map(Vec::as_slice).collect();
-                        node.run_script(&ACQUIRE, &keys, &args, &settled, false, vote)
-                            .await?
+                        node.run_script_prepared(
+                            &ACQUIRE, evalsha, &keys, &args, &settled, false, vote,
+                        )
+                        .await?
                     }
                     Acquire::Pipeline(pipe) => node.run_pipeline(pipe, &settled, vote).await?,
                 };

@@ -98,25 +98,49 @@ fn start_release(shared: &Shared, held: &Held) -> FanOut<()> {
     } else {
         format!("{}{}", shared.waits.tag(), held.notice_id()).into()
     };
-    // Nodes usually share a database index: name that channel once.
+    // Nodes usually share a database index: name that channel, and build
+    // the EVALSHA that carries it, once.
     let db0 = shared.nodes.first().map_or(0, |n| n.db());
     let channel0: Arc<str> = notice_channel(&held.key, db0).into();
+    let evalsha0 = Arc::new(RELEASE.evalsha(
+        &[&held.key],
+        &[
+            held.value.as_bytes(),
+            notice.as_bytes(),
+            channel0.as_bytes(),
+        ],
+    ));
     // Releases ignore the settled flag and go through to stalled nodes: the
     // acquire they follow may be queued there.
     FanOut::start(&shared.nodes, held.sent, deadline, |node, _settled| {
         let (key, value) = (held.key.clone(), held.value.clone());
         let notice = notice.clone();
-        let channel = if node.db() == db0 {
-            channel0.clone()
+        let (channel, evalsha) = if node.db() == db0 {
+            (channel0.clone(), Some(Arc::clone(&evalsha0)))
         } else {
-            notice_channel(&key, node.db()).into()
+            (notice_channel(&key, node.db()).into(), None)
         };
         async move {
             let args: [&[u8]; 3] = [value.as_bytes(), notice.as_bytes(), channel.as_bytes()];
-            parse_flag(
-                node.run_script(&RELEASE, &[&key], &args, &Settled::NEVER, true, None)
-                    .await?,
-            )
+            let reply = match evalsha {
+                Some(evalsha) => {
+                    node.run_script_prepared(
+                        &RELEASE,
+                        &evalsha,
+                        &[&key],
+                        &args,
+                        &Settled::NEVER,
+                        true,
+                        None,
+                    )
+                    .await?
+                }
+                None => {
+                    node.run_script(&RELEASE, &[&key], &args, &Settled::NEVER, true, None)
+                        .await?
+                }
+            };
+            parse_flag(reply)
         }
     })
 }
