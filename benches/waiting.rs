@@ -30,7 +30,9 @@
 //! "One round trip" is the p50 of an uncontended acquire on the same 5
 //! nodes, measured first in the same run. Mutual exclusion is checked in
 //! every row (an overlap exits 1). `REDFENCE_BENCH_SECS` sets the window
-//! (default 3 s).
+//! (default 3 s), `REDFENCE_BENCH_WAITERS` the number of waiters (default
+//! 200; CI's smoke run takes 40, since the `once` rows of the polling
+//! modes wait out every waiter's backoff one after another).
 
 #[path = "../tests/support/process.rs"]
 mod process;
@@ -44,7 +46,17 @@ use std::time::{Duration, Instant};
 use redfence::{Client, Retry};
 use server::RedisServer;
 
-const WAITERS: usize = 200;
+/// The waiters per row: `REDFENCE_BENCH_WAITERS`, default 200.
+fn waiters() -> usize {
+    static WAITERS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *WAITERS.get_or_init(|| {
+        std::env::var("REDFENCE_BENCH_WAITERS")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .filter(|&n: &usize| n > 0)
+            .unwrap_or(200)
+    })
+}
 const NODES: usize = 5;
 const HOLD: Duration = Duration::from_millis(1);
 const TTL: Duration = Duration::from_secs(10);
@@ -237,9 +249,9 @@ async fn contend(
     let measuring = Arc::new(AtomicBool::new(false));
     let last_release: Arc<Mutex<Option<Instant>>> = Arc::default();
     let handoffs: Arc<Mutex<Vec<Duration>>> = Arc::default();
-    let counts: Arc<Vec<AtomicU64>> = Arc::new((0..WAITERS).map(|_| AtomicU64::new(0)).collect());
+    let counts: Arc<Vec<AtomicU64>> = Arc::new((0..waiters()).map(|_| AtomicU64::new(0)).collect());
     let mut tasks = Vec::new();
-    for w in 0..WAITERS {
+    for w in 0..waiters() {
         let client = clients[w % clients.len()].clone();
         let (resource, inside, overlaps, errors, measuring, last_release, handoffs, counts) = (
             resource.clone(),
@@ -300,8 +312,8 @@ async fn contend(
                 (m + now.attempts - b.attempts, q + now.waiting)
             });
         let done = match mode {
-            Mode::Notify => queued >= WAITERS as u64,
-            _ => made >= WAITERS as u64,
+            Mode::Notify => queued >= waiters() as u64,
+            _ => made >= waiters() as u64,
         };
         if done {
             break;
@@ -387,8 +399,9 @@ fn ms(d: Option<Duration>) -> String {
 
 fn print_report(rows: &[Row], rtt: Duration, secs: f64) {
     println!(
-        "waiting: {WAITERS} waiters, one resource, {NODES} nodes, hold {HOLD:?}, window {secs} s per row; \
+        "waiting: {} waiters, one resource, {NODES} nodes, hold {HOLD:?}, window {secs} s per row; \
          one round trip (uncontended 5-node acquire p50) = {:.3} ms",
+        waiters(),
         rtt.as_secs_f64() * 1e3
     );
     println!();

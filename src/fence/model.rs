@@ -326,8 +326,9 @@
 //! negative control (about 7 s in a debug build on two cores before
 //! bucket-mates, which add 7 to 8 s on a loaded machine); `cargo test
 //! --release --lib -- --ignored model` the larger ones (2¼ to 2¾ minutes in
-//! release, the CI run, before bucket-mates, which add about 25 s of CPU;
-//! 4 to 4¾ minutes on a loaded machine);
+//! release before bucket-mates, which add about 25 s of CPU; 4 to 4¾
+//! minutes on a loaded machine; CI runs the same tests with only this crate
+//! optimised, see `.ci/run`);
 //! `REDFENCE_MODEL_LARGE=1` adds the largest (and the literal model of
 //! bucket-mates on three nodes) and `REDFENCE_LITERAL_2_1=1`
 //! the literal comparison of [2, 1]. DESIGN.md ("The model check") has the
