@@ -16,7 +16,9 @@
 //! a quorum of the granting nodes report the largest fence a second round
 //! (the write-back script) runs before the guard is handed out.
 //! `redfence plain N nodes` is `fencing(false)`: its acquire is a plain
-//! `SET NX PX`, like the floors'. `rslock N nodes` is the peer, rslock 0.10
+//! `SET NX PX`, like floors 1 and 2'. Floor 3 (1 and 5 nodes) runs the
+//! crate's own `ACQUIRE` and `RELEASE` scripts by `EVALSHA`, fanned out raw
+//! with `join_all`: what the fenced design costs with no library around it. `rslock N nodes` is the peer, rslock 0.10
 //! (`LockManager::lock`: `SET NX PX` on every node with `join_all`, then
 //! `unlock`: a compare-and-delete `EVALSHA` on every node; its own `redis`
 //! connections, one multiplexed connection per node). Fenced, plain, rslock
@@ -27,7 +29,7 @@
 //!
 //! Timing. A row is 2 s measured after a 0.3 s warm-up (`REDFENCE_BENCH_SECS`
 //! sets the measured part; the warm-up is 15 % of it, at most 0.3 s). Shared
-//! machines drift, so rows that are compared are interleaved: the nine
+//! machines drift, so rows that are compared are interleaved: the eleven
 //! healthy rows of one concurrency run in 8 round-robin slices each, and
 //! every fault row is bracketed by healthy 5-node slices (half its length
 //! before, half after) that serve as its reference.
@@ -352,6 +354,10 @@ impl ContentionRow {
 enum Kind {
     Floor1,
     Floor2,
+    /// Floor 3 on 1 or 5 nodes: the crate's fenced `ACQUIRE` script and its
+    /// release, raw (`join_all`): what the fenced design costs with no
+    /// library around it.
+    Floor3(usize),
     /// The default client: fencing on.
     Redfence(usize),
     /// `fencing(false)`: a plain `SET NX PX` acquire, no token.
@@ -376,6 +382,10 @@ impl Kind {
         match self {
             Kind::Floor1 => "floor 1 (SET NX + EVALSHA, 1 node)".to_owned(),
             Kind::Floor2 => "floor 2 (same, join_all 5 nodes)".to_owned(),
+            Kind::Floor3(n) => format!(
+                "floor 3 (ACQUIRE script + EVALSHA, {n} node{})",
+                if n == 1 { "" } else { "s" }
+            ),
             Kind::Redfence(n) => format!("redfence {n} node{}", if n == 1 { "" } else { "s" }),
             Kind::Plain(n) => format!("redfence plain {n} node{}", if n == 1 { "" } else { "s" }),
             Kind::Rslock(n) => format!("rslock {n} node{}", if n == 1 { "" } else { "s" }),
@@ -392,23 +402,31 @@ impl Kind {
     fn healthy_main(self) -> bool {
         matches!(
             self,
-            Kind::Floor1 | Kind::Floor2 | Kind::Redfence(_) | Kind::Plain(_) | Kind::Rslock(_)
+            Kind::Floor1
+                | Kind::Floor2
+                | Kind::Floor3(_)
+                | Kind::Redfence(_)
+                | Kind::Plain(_)
+                | Kind::Rslock(_)
         )
     }
 
     fn is_redfence(self) -> bool {
-        !matches!(self, Kind::Floor1 | Kind::Floor2 | Kind::Rslock(_))
+        !matches!(
+            self,
+            Kind::Floor1 | Kind::Floor2 | Kind::Floor3(_) | Kind::Rslock(_)
+        )
     }
 
     /// Whether the row's client acquires with the fenced script.
     fn fenced(self) -> bool {
-        self.is_redfence() && !matches!(self, Kind::Plain(_))
+        matches!(self, Kind::Floor3(_)) || (self.is_redfence() && !matches!(self, Kind::Plain(_)))
     }
 
     fn nodes(self) -> usize {
         match self {
             Kind::Floor1 => 1,
-            Kind::Redfence(n) | Kind::Plain(n) | Kind::Rslock(n) => n,
+            Kind::Floor3(n) | Kind::Redfence(n) | Kind::Plain(n) | Kind::Rslock(n) => n,
             _ => 5,
         }
     }
@@ -627,6 +645,8 @@ struct Bench {
     measure: Duration,
     floor1: Arc<Subject>,
     floor2: Arc<Subject>,
+    floor3_1: Arc<Subject>,
+    floor3_5: Arc<Subject>,
     rf1: Arc<Subject>,
     rf3: Arc<Subject>,
     rf5: Arc<Subject>,
@@ -679,26 +699,38 @@ impl Bench {
             }
         });
         let sha = redis::Script::new(RELEASE_LUA).get_hash().to_owned();
+        let acquire_sha = redis::Script::new(ACQUIRE_LUA).get_hash().to_owned();
         for node in std::iter::once(&single).chain(&cluster.nodes) {
             // Only the crate has run scripts so far: a hit proves the floor
             // runs the very same Lua.
-            assert_eq!(
-                node.cli(&["SCRIPT", "EXISTS", &sha]),
-                "1",
-                "the floor's release script differs from src/wire/lua/release.lua"
-            );
+            for (sha, file) in [(&sha, "release"), (&acquire_sha, "acquire")] {
+                assert_eq!(
+                    node.cli(&["SCRIPT", "EXISTS", sha]),
+                    "1",
+                    "the floor's {file} script differs from src/wire/lua/{file}.lua"
+                );
+            }
         }
-        let (floor1, floor2) =
-            rt.block_on(async { (floor_conns(&[single.url()]).await, floor_conns(&urls).await) });
-        let floor = |conns| {
+        let conns = rt.block_on(async {
+            let mut conns = Vec::new();
+            for urls in [&[single.url()][..], &urls, &[single.url()][..], &urls] {
+                conns.push(floor_conns(urls).await);
+            }
+            conns
+        });
+        let mut conns = conns.into_iter();
+        let mut floor = |fenced: bool| {
             Arc::new(Subject::Floor {
-                conns,
+                conns: conns.next().expect("four sets of connections"),
                 sha: sha.clone(),
+                fenced: fenced.then(|| acquire_sha.clone()),
             })
         };
         Bench {
-            floor1: floor(floor1),
-            floor2: floor(floor2),
+            floor1: floor(false),
+            floor2: floor(false),
+            floor3_1: floor(true),
+            floor3_5: floor(true),
             rf1,
             rf3,
             rf5,
@@ -871,12 +903,14 @@ impl Bench {
         Row::new(kind, concurrency, tag)
     }
 
-    /// The nine healthy rows of one concurrency, interleaved slice by slice
+    /// The eleven healthy rows of one concurrency, interleaved slice by slice
     /// (rotating the order) so that they see the same machine.
     fn healthy_group(&mut self, concurrency: usize) -> Vec<Row> {
         let kinds = [
             Kind::Floor1,
             Kind::Floor2,
+            Kind::Floor3(1),
+            Kind::Floor3(5),
             Kind::Redfence(1),
             Kind::Plain(1),
             Kind::Redfence(3),
@@ -949,6 +983,8 @@ impl Bench {
         Arc::clone(match kind {
             Kind::Floor1 => &self.floor1,
             Kind::Floor2 => &self.floor2,
+            Kind::Floor3(1) => &self.floor3_1,
+            Kind::Floor3(_) => &self.floor3_5,
             Kind::Redfence(1) => &self.rf1,
             Kind::Redfence(3) => &self.rf3,
             Kind::Plain(1) => &self.plain1,
@@ -961,7 +997,11 @@ impl Bench {
 
     fn servers(&self, kind: Kind) -> Vec<&RedisServer> {
         match kind {
-            Kind::Floor1 | Kind::Redfence(1) | Kind::Plain(1) | Kind::Rslock(1) => {
+            Kind::Floor1
+            | Kind::Floor3(1)
+            | Kind::Redfence(1)
+            | Kind::Plain(1)
+            | Kind::Rslock(1) => {
                 vec![&self.single]
             }
             _ => self.cluster.nodes[..kind.nodes()].iter().collect(),
@@ -1285,11 +1325,16 @@ impl Report<'_> {
              | client | 5 nodes c=1 cycles/s (p50 µs) | 5 nodes c=32 cycles/s | 1 node c=32 cycles/s | client CPU µs/cycle (5n c=32) | Redis CPU µs/cycle (5n c=32) | Redis commands/cycle (5n, incl. Lua) |\n\
              |---|---:|---:|---:|---:|---:|---:|\n",
         );
-        let lines: [(&str, Kind, Kind); 4] = [
+        let lines: [(&str, Kind, Kind); 5] = [
             (
                 "raw floor (SET NX + EVALSHA, join_all)",
                 Kind::Floor2,
                 Kind::Floor1,
+            ),
+            (
+                "raw fenced floor (the crate's ACQUIRE script + EVALSHA, join_all)",
+                Kind::Floor3(5),
+                Kind::Floor3(1),
             ),
             (
                 "redfence (default, fencing on)",
@@ -1315,6 +1360,31 @@ impl Report<'_> {
                 num(f32.map(Row::client_cpu), 1),
                 num(f32.map(Row::redis_cpu), 1),
                 num(f32.map(Row::all_cmds_per_cycle), 2),
+            );
+        }
+        // What an atomic fenced acquire allows at all on this machine: the
+        // raw script fan-out against the peer, and the crate against it.
+        for (n, peer) in [(5, Kind::Rslock(5)), (1, Kind::Floor1)] {
+            let (Some(f3), Some(p), Some(rf)) = (
+                self.find(Kind::Floor3(n), 32),
+                self.find(peer, 32),
+                self.find(Kind::Redfence(n), 32),
+            ) else {
+                continue;
+            };
+            let _ = writeln!(
+                out,
+                "\n{n} node{} c=32: the raw fenced floor runs at {:.2}× {}'s cycles/s (Redis CPU \
+                 {:.1} vs {:.1} µs/cycle); the default client at {:.2}× the raw fenced floor \
+                 (client CPU {:.1} vs {:.1} µs/cycle).",
+                if n == 1 { "" } else { "s" },
+                f3.samples.per_sec() / p.samples.per_sec(),
+                if n == 1 { "floor 1" } else { "rslock" },
+                f3.redis_cpu(),
+                p.redis_cpu(),
+                rf.samples.per_sec() / f3.samples.per_sec(),
+                rf.client_cpu(),
+                f3.client_cpu(),
             );
         }
     }

@@ -261,6 +261,7 @@ impl Bench {
                 let floor = Arc::new(Subject::Floor {
                     conns: floor_conns(&urls[..n]).await,
                     sha: sha.clone(),
+                    fenced: None,
                 });
                 subjects.push((client, floor));
             }

@@ -284,20 +284,17 @@ impl Node {
         vote: Option<Vote>,
     ) -> Result<Value, NodeErrorKind> {
         let evalsha = script.evalsha(keys, args);
-        self.run_script_prepared(script, &evalsha, keys, args, settled, through_stall, vote)
+        self.run_script_prepared(script, &evalsha, settled, through_stall, vote)
             .await
     }
 
     /// [`run_script`](Self::run_script) with its `EVALSHA` built by the
     /// caller (`script.evalsha(keys, args)`), so that a fan-out builds it
     /// once for every node instead of once per node.
-    #[allow(clippy::too_many_arguments)]
     pub(crate) async fn run_script_prepared(
         &self,
         script: &Script,
         evalsha: &Cmd,
-        keys: &[&str],
-        args: &[&[u8]],
         settled: &Settled,
         through_stall: bool,
         vote: Option<Vote>,
@@ -326,7 +323,7 @@ impl Node {
                 // the third to answer without the script, and so without
                 // any extend, for the life of the lease (a watchdog test
                 // found its key expired on one of three nodes).
-                script.eval(keys, args).query_async(&mut conn).await
+                script.eval_of(evalsha).query_async(&mut conn).await
             }
             other => other,
         };

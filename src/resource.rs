@@ -96,7 +96,25 @@ fn key(prefix: &str, kind: &str, resource: &str) -> Arc<str> {
 /// wake each other's waiters. The database is a decimal suffix after the
 /// last `@`, so the name is unique per (key, database).
 pub(crate) fn notice_channel(key: &str, db: i64) -> String {
-    format!("{key}@{db}")
+    use std::fmt::Write as _;
+    // Sized up front: `format!` grows its buffer piece by piece, and this
+    // runs on every release.
+    let mut channel = String::with_capacity(key.len() + 21);
+    channel.push_str(key);
+    channel.push('@');
+    let _ = write!(channel, "{db}");
+    channel
+}
+
+/// Appends the low `digits` hex digits of `value` (lowercase, zero-padded),
+/// without the formatting machinery: lock values and notice ids are written
+/// on every attempt and every release.
+pub(crate) fn push_hex(out: &mut String, value: u128, digits: u32) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    for shift in (0..digits).rev() {
+        let nibble = (value >> (shift * 4)) & 0xf;
+        out.push(char::from(HEX[nibble as usize]));
+    }
 }
 
 /// The lock key of a notice channel of database `db`; `None` for a channel
@@ -120,11 +138,7 @@ pub(crate) fn lock_value(client_id: &str) -> Arc<str> {
     let mut value = String::with_capacity(client_id.len() + 33);
     value.push_str(client_id);
     value.push(':');
-    // 32 hex digits, without the formatting machinery (once per attempt).
-    for shift in (0..32).rev() {
-        let digit = ((secret >> (shift * 4)) & 0xf) as u32;
-        value.push(char::from_digit(digit, 16).unwrap_or('0'));
-    }
+    push_hex(&mut value, secret, 32);
     value.into()
 }
 
@@ -171,6 +185,22 @@ mod tests {
             used.insert(fence_bucket(&format!("orders:{i}")));
         }
         assert_eq!(used.len(), usize::from(FENCE_BUCKETS));
+    }
+
+    #[test]
+    fn hex_is_lowercase_and_zero_padded() {
+        for (value, digits) in [(0_u128, 16), (0xabc, 16), (u128::from(u64::MAX), 16), (u128::MAX, 32)] {
+            let mut out = String::new();
+            push_hex(&mut out, value, digits);
+            assert_eq!(out, format!("{value:0width$x}", width = digits as usize));
+        }
+        let mut out = String::from("x:");
+        push_hex(&mut out, 0x1234_5678_9abc_def0_1122_3344_5566_7788, 8);
+        assert_eq!(out, "x:55667788", "the low digits only");
+        let value = lock_value("0badf00d");
+        assert_eq!(value.len(), 41);
+        assert!(value.starts_with("0badf00d:"));
+        assert!(value[9..].bytes().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase()));
     }
 
     #[test]

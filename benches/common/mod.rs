@@ -31,6 +31,9 @@ pub const TTL_MS: u64 = 10_000;
 /// the floors run by `EVALSHA`.
 pub const RELEASE_LUA: &str = include_str!("../../src/wire/lua/release.lua");
 
+/// The crate's fenced `ACQUIRE` script, which floor 3 runs by `EVALSHA`.
+pub const ACQUIRE_LUA: &str = include_str!("../../src/wire/lua/acquire.lua");
+
 /// Commands only ever run from inside the Lua scripts in this bench.
 pub const LUA_ONLY: [&str; 6] = ["get", "del", "pttl", "pexpire", "publish", "pubsub|numsub"];
 /// In fenced rows, also the commands the acquire runs inside its one
@@ -109,10 +112,13 @@ pub fn loadavg() -> String {
 pub enum Subject {
     Redfence(redfence::Client),
     /// SET NX PX + EVALSHA compare-and-delete, sent to every connection and
-    /// awaited on all of them.
+    /// awaited on all of them. With `fenced` (the SHA1 of the crate's
+    /// `ACQUIRE`), the acquire is that script instead of the `SET`: the
+    /// fenced design's cost with no library around it.
     Floor {
         conns: Vec<MultiplexedConnection>,
         sha: String,
+        fenced: Option<String>,
     },
     /// The peer: rslock's `LockManager::lock` (`SET NX PX` on every node,
     /// `join_all`) and `unlock` (a compare-and-delete `EVALSHA` on every
@@ -208,14 +214,30 @@ impl Subject {
                     pending: 0,
                 })
             }
-            Subject::Floor { conns, sha } => {
+            Subject::Floor { conns, sha, fenced } => {
                 let key = format!("floor:lock:{resource}");
-                // As long as the crate's `{uuid}:{128-bit hex}` values.
-                let value = format!("{task:036x}:{seq:032x}");
+                // As long as the crate's values (8 hex digits of the
+                // client's id, ':', 128 random bits in hex: 41 bytes).
+                let value = format!("{:08x}:{seq:032x}", task as u32);
+                let fence = fenced
+                    .as_deref()
+                    .map(|sha| (sha, floor_fence_key(resource)));
+                let set = |c: &MultiplexedConnection| {
+                    let (c, key, value) = (c.clone(), key.as_str(), value.as_str());
+                    let fence = fence.as_ref().map(|(sha, f)| (*sha, f.as_str()));
+                    async move {
+                        match fence {
+                            None => floor_set(c, key, value).await,
+                            Some((sha, fence_key)) => {
+                                floor_fenced_set(c, sha, key, fence_key, value).await
+                            }
+                        }
+                    }
+                };
                 let t0 = Instant::now();
                 let acquired = match conns.as_slice() {
-                    [one] => vec![floor_set(one.clone(), &key, &value).await],
-                    all => join_all(all.iter().map(|c| floor_set(c.clone(), &key, &value))).await,
+                    [one] => vec![set(one).await],
+                    all => join_all(all.iter().map(set)).await,
                 };
                 let t1 = Instant::now();
                 let released = match conns.as_slice() {
@@ -263,6 +285,38 @@ pub async fn floor_set(
         .query_async(&mut conn)
         .await?;
     Ok(reply.is_some())
+}
+
+/// Floor 3's acquire: the crate's `ACQUIRE` script (`SET NX PX`, then the
+/// bucket's fence moved), its reply an integer (the fence) when granted.
+pub async fn floor_fenced_set(
+    mut conn: MultiplexedConnection,
+    sha: &str,
+    key: &str,
+    fence_key: &str,
+    value: &str,
+) -> redis::RedisResult<bool> {
+    let reply: redis::Value = redis::cmd("EVALSHA")
+        .arg(sha)
+        .arg(2)
+        .arg(key)
+        .arg(fence_key)
+        .arg(value)
+        .arg(TTL_MS)
+        // The seed, used only when the fence is absent.
+        .arg(1)
+        .query_async(&mut conn)
+        .await?;
+    Ok(matches!(reply, redis::Value::Int(_)))
+}
+
+/// The floor's fence key of `resource`: the crate's bucket function
+/// (FNV-1a 64 of the name, mod 1,024), under the floor's own prefix.
+pub fn floor_fence_key(resource: &str) -> String {
+    let hash = resource.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+    });
+    format!("floor:fence:{{{}}}", hash % 1024)
 }
 
 pub async fn floor_del(

@@ -28,13 +28,9 @@ use crate::wire::scripts::ACQUIRE;
 enum Acquire {
     Command(Cmd),
     Pipeline(Pipeline),
-    /// The fenced acquire script: its `EVALSHA`, built once for every
-    /// node, and its keys and arguments for an `EVAL` after `NOSCRIPT`.
-    Fenced {
-        evalsha: Cmd,
-        keys: [Arc<str>; 2],
-        args: Vec<Vec<u8>>,
-    },
+    /// The fenced acquire script's `EVALSHA`, built once for every node
+    /// (`Script::eval_of` derives the `EVAL` after a `NOSCRIPT`).
+    Fenced(Cmd),
 }
 
 /// The parser of an acquire's reply: the node's new fence (0 without
@@ -80,27 +76,13 @@ pub(crate) async fn attempt(
         ),
         // With fencing, the SET NX and the fence's move in one script.
         Some(fence_key) => {
-            let mut args = vec![
-                value.as_bytes().to_vec(),
-                ttl_ms.to_string().into_bytes(),
-                clock_seed().to_string().into_bytes(),
-            ];
+            // Built once for every node; numbers go in without a `String`.
+            let mut evalsha = ACQUIRE.evalsha_keys(&[key, fence_key], value.len() + 48);
+            evalsha.arg(value).arg(ttl_ms).arg(clock_seed());
             if probe {
-                args.push(b"1".to_vec());
+                evalsha.arg(1);
             }
-            let keys = [held.key.clone(), fence_key.clone()];
-            let evalsha = {
-                let arg_refs: Vec<&[u8]> = args.iter().map(Vec::as_slice).collect();
-                ACQUIRE.evalsha(&[&keys[0], &keys[1]], &arg_refs)
-            };
-            (
-                Acquire::Fenced {
-                    evalsha,
-                    keys,
-                    args,
-                },
-                parse_fenced,
-            )
+            (Acquire::Fenced(evalsha), parse_fenced)
         }
     };
     let request = Arc::new(request);
@@ -115,17 +97,9 @@ pub(crate) async fn attempt(
             async move {
                 let reply = match &*request {
                     Acquire::Command(cmd) => node.run_command(cmd, &settled, vote).await?,
-                    Acquire::Fenced {
-                        evalsha,
-                        keys,
-                        args,
-                    } => {
-                        let keys: [&str; 2] = [&keys[0], &keys[1]];
-                        let args: Vec<&[u8]> = args.iter().map(Vec::as_slice).collect();
-                        node.run_script_prepared(
-                            &ACQUIRE, evalsha, &keys, &args, &settled, false, vote,
-                        )
-                        .await?
+                    Acquire::Fenced(evalsha) => {
+                        node.run_script_prepared(&ACQUIRE, evalsha, &settled, false, vote)
+                            .await?
                     }
                     Acquire::Pipeline(pipe) => node.run_pipeline(pipe, &settled, vote).await?,
                 };

@@ -71,10 +71,11 @@ pub(crate) fn release_in_background(shared: &Shared, held: &Held) {
 /// node it runs after our delete, which saves it the notice's trip through
 /// Redis.
 fn send_release(shared: &Shared, held: &Held) -> FanOut<()> {
+    let notice_id = held.notice_id();
     let releasing = held
         .granted
-        .then(|| shared.waits.releasing(&held.key, held.notice_id()));
-    let mut fan = start_release(shared, held);
+        .then(|| shared.waits.releasing(&held.key, notice_id.clone()));
+    let mut fan = start_release(shared, held, notice_id);
     fan.send_now(release_confirmed);
     if let Some(releasing) = releasing {
         releasing.queued();
@@ -82,7 +83,8 @@ fn send_release(shared: &Shared, held: &Held) -> FanOut<()> {
     fan
 }
 
-fn start_release(shared: &Shared, held: &Held) -> FanOut<()> {
+/// `notice_id` is `held.notice_id()`, made once by the caller.
+fn start_release(shared: &Shared, held: &Held, notice_id: String) -> FanOut<()> {
     // The requests live until the keys would have expired anyway (at least
     // one node timeout): a release that gives up earlier, say queued behind
     // a paused node's backlog, would leave its key to block others for the
@@ -94,9 +96,9 @@ fn start_release(shared: &Shared, held: &Held) -> FanOut<()> {
     // lock may now be free: a split vote), marked with this client's tag so
     // that its own waiters, who know better, ignore it.
     let notice: Arc<str> = if held.granted {
-        held.notice_id().into()
+        notice_id.into()
     } else {
-        format!("{}{}", shared.waits.tag(), held.notice_id()).into()
+        format!("{}{notice_id}", shared.waits.tag()).into()
     };
     // Nodes usually share a database index: name that channel, and build
     // the EVALSHA that carries it, once.
@@ -121,21 +123,14 @@ fn start_release(shared: &Shared, held: &Held) -> FanOut<()> {
             (notice_channel(&key, node.db()).into(), None)
         };
         async move {
-            let args: [&[u8]; 3] = [value.as_bytes(), notice.as_bytes(), channel.as_bytes()];
             let reply = match evalsha {
                 Some(evalsha) => {
-                    node.run_script_prepared(
-                        &RELEASE,
-                        &evalsha,
-                        &[&key],
-                        &args,
-                        &Settled::NEVER,
-                        true,
-                        None,
-                    )
-                    .await?
+                    node.run_script_prepared(&RELEASE, &evalsha, &Settled::NEVER, true, None)
+                        .await?
                 }
                 None => {
+                    let args: [&[u8]; 3] =
+                        [value.as_bytes(), notice.as_bytes(), channel.as_bytes()];
                     node.run_script(&RELEASE, &[&key], &args, &Settled::NEVER, true, None)
                         .await?
                 }

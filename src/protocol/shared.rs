@@ -96,7 +96,9 @@ impl Held {
 
     /// The public id of this acquisition, published with its release.
     pub(crate) fn notice_id(&self) -> String {
-        format!("{:016x}", self.notice)
+        let mut id = String::with_capacity(16);
+        crate::resource::push_hex(&mut id, u128::from(self.notice), 16);
+        id
     }
 }
 

@@ -67,9 +67,36 @@ impl Script {
         self.build("EVALSHA", &self.sha, keys, args)
     }
 
+    /// `EVALSHA sha numkeys keys…`, sized for `more` bytes of arguments
+    /// that the caller appends (`Cmd::arg`: numbers go in without a
+    /// `String` in between).
+    pub(crate) fn evalsha_keys(&self, keys: &[&str], more: usize) -> Cmd {
+        let bytes = self.sha.len() + 12 + keys.iter().map(|k| k.len()).sum::<usize>() + more;
+        let mut cmd = Cmd::with_capacity(8, bytes);
+        cmd.arg("EVALSHA").arg(&self.sha).arg(keys.len());
+        for k in keys {
+            cmd.arg(*k);
+        }
+        cmd
+    }
+
     /// `EVAL source numkeys keys… args…`, the fallback after `NOSCRIPT`.
     pub(crate) fn eval(&self, keys: &[&str], args: &[&[u8]]) -> Cmd {
         self.build("EVAL", self.source, keys, args)
+    }
+
+    /// The `EVAL` of a prepared `EVALSHA` of this script: the same keys and
+    /// arguments, the fallback after `NOSCRIPT`.
+    pub(crate) fn eval_of(&self, evalsha: &Cmd) -> Cmd {
+        let args = evalsha.args_iter();
+        let mut cmd = Cmd::with_capacity(args.len(), self.source.len() + 64);
+        cmd.arg("EVAL").arg(self.source);
+        for arg in args.skip(2) {
+            if let redis::Arg::Simple(bytes) = arg {
+                cmd.arg(bytes);
+            }
+        }
+        cmd
     }
 
     fn build(&self, verb: &str, body: &str, keys: &[&str], args: &[&[u8]]) -> Cmd {
@@ -220,5 +247,32 @@ mod tests {
             .to_string()
             .into_bytes();
         assert_eq!(eval, b"4");
+    }
+
+    fn words(cmd: &Cmd) -> Vec<Vec<u8>> {
+        cmd.args_iter()
+            .map(|a| match a {
+                redis::Arg::Simple(b) => b.to_vec(),
+                _ => Vec::new(),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_eval_of_a_prepared_evalsha_carries_its_keys_and_arguments() {
+        let mut evalsha = ACQUIRE.evalsha_keys(&["lock", "fence"], 0);
+        evalsha.arg("v").arg(10_000_u64).arg(42_u64);
+        assert_eq!(
+            words(&evalsha),
+            words(&ACQUIRE.evalsha(&["lock", "fence"], &[b"v", b"10000", b"42"]))
+        );
+        let eval = words(&ACQUIRE.eval_of(&evalsha));
+        assert_eq!(
+            eval,
+            words(&ACQUIRE.eval(&["lock", "fence"], &[b"v", b"10000", b"42"]))
+        );
+        assert_eq!(eval[0], b"EVAL");
+        assert_eq!(eval[1], ACQUIRE.source.as_bytes());
+        assert_eq!(&eval[2..], [&b"2"[..], b"lock", b"fence", b"v", b"10000", b"42"]);
     }
 }
