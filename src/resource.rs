@@ -189,7 +189,12 @@ mod tests {
 
     #[test]
     fn hex_is_lowercase_and_zero_padded() {
-        for (value, digits) in [(0_u128, 16), (0xabc, 16), (u128::from(u64::MAX), 16), (u128::MAX, 32)] {
+        for (value, digits) in [
+            (0_u128, 16),
+            (0xabc, 16),
+            (u128::from(u64::MAX), 16),
+            (u128::MAX, 32),
+        ] {
             let mut out = String::new();
             push_hex(&mut out, value, digits);
             assert_eq!(out, format!("{value:0width$x}", width = digits as usize));
@@ -200,7 +205,9 @@ mod tests {
         let value = lock_value("0badf00d");
         assert_eq!(value.len(), 41);
         assert!(value.starts_with("0badf00d:"));
-        assert!(value[9..].bytes().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase()));
+        assert!(value[9..]
+            .bytes()
+            .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase()));
     }
 
     #[test]

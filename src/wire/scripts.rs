@@ -273,6 +273,9 @@ mod tests {
         );
         assert_eq!(eval[0], b"EVAL");
         assert_eq!(eval[1], ACQUIRE.source.as_bytes());
-        assert_eq!(&eval[2..], [&b"2"[..], b"lock", b"fence", b"v", b"10000", b"42"]);
+        assert_eq!(
+            &eval[2..],
+            [&b"2"[..], b"lock", b"fence", b"v", b"10000", b"42"]
+        );
     }
 }
