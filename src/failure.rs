@@ -84,6 +84,22 @@ pub enum NodeErrorKind {
     /// The node refused the credentials (or requires some).
     #[error("authentication failed")]
     Auth(#[source] Arc<redis::RedisError>),
+    /// The credentials were accepted, but the node's ACL user may not do
+    /// something the client needs (`NOPERM`): run a command, touch a key
+    /// outside its key patterns, or publish on a channel outside its channel
+    /// patterns, directly or inside one of the crate's scripts. Permanent:
+    /// retrying does not help; the README lists the ACL rule each feature
+    /// needs ("Least-privilege ACL users").
+    #[error("no permission to {denied}")]
+    NoPermission {
+        /// What was denied, naming the command: `run GET`, `access a key of
+        /// SET outside the user's key patterns`, `run a command of the
+        /// acquire script (SET, INCR, INCRBY, PTTL)`.
+        denied: String,
+        /// The server's reply.
+        #[source]
+        source: Arc<redis::RedisError>,
+    },
     /// The node answered `ROLE` with something other than `master`. Writes to
     /// a replica are refused or lost on failover; it cannot vote.
     #[error("node is a {role}, not a master")]
@@ -159,6 +175,7 @@ impl NodeErrorKind {
     pub fn is_permanent(&self) -> bool {
         match self {
             NodeErrorKind::Auth(_)
+            | NodeErrorKind::NoPermission { .. }
             | NodeErrorKind::NotMaster { .. }
             | NodeErrorKind::SameServer { .. } => true,
             NodeErrorKind::Backoff { last, .. } => last.is_permanent(),

@@ -327,7 +327,7 @@ impl Node {
             }
             other => other,
         };
-        self.finish(connected.generation, reply)
+        self.finish(connected.generation, reply, Sent::Script(script))
     }
 
     /// Runs a plain command; see [`run_script`](Self::run_script).
@@ -364,7 +364,7 @@ impl Node {
             Request::Cmd(cmd) => cmd.query_async(&mut conn).await,
             Request::Pipe(pipe) => pipe.query_async(&mut conn).await,
         };
-        self.finish(connected.generation, reply)
+        self.finish(connected.generation, reply, Sent::Request(request))
     }
 
     /// The connection to send on, or why nothing may be sent. The caller
@@ -465,6 +465,7 @@ impl Node {
         &self,
         generation: u64,
         reply: redis::RedisResult<Value>,
+        sent: Sent<'_>,
     ) -> Result<Value, NodeErrorKind> {
         let answered = match &reply {
             Ok(_) => true,
@@ -479,7 +480,7 @@ impl Node {
                 tracing::debug!(node = %self.addr, "answered again");
             }
         }
-        reply.map_err(|e| self.command_failed(generation, e))
+        reply.map_err(|e| self.command_failed(generation, e, sent))
     }
 
     fn since_epoch(&self, t: Instant) -> u64 {
@@ -715,7 +716,7 @@ impl Node {
 
     /// Classifies a command error; a broken connection is dropped so the next
     /// call reconnects (and re-checks identity).
-    fn command_failed(&self, generation: u64, e: RedisError) -> NodeErrorKind {
+    fn command_failed(&self, generation: u64, e: RedisError, sent: Sent<'_>) -> NodeErrorKind {
         let broken = e.is_io_error() || e.is_connection_dropped() || e.is_unrecoverable_error();
         if broken {
             let mut inner = self.lock_inner();
@@ -724,12 +725,19 @@ impl Node {
             }
             return NodeErrorKind::ConnectionLost(Arc::new(e));
         }
-        classify(e)
+        classify(e, &sent.name())
     }
 }
 
-fn classify(e: RedisError) -> NodeErrorKind {
-    if info::is_auth_error(&e) {
+/// `command`: what was sent, named in a permission error about its keys or
+/// channels.
+fn classify(e: RedisError, command: &str) -> NodeErrorKind {
+    if let Some(denied) = info::permission_denied(&e, command) {
+        NodeErrorKind::NoPermission {
+            denied,
+            source: Arc::new(e),
+        }
+    } else if info::is_auth_error(&e) {
         NodeErrorKind::Auth(Arc::new(e))
     } else if e.is_io_error() || e.is_connection_refusal() || e.is_connection_dropped() {
         NodeErrorKind::Connect(Arc::new(e))
@@ -760,7 +768,7 @@ async fn handshake(
     let conn = client
         .get_multiplexed_async_connection_with_config(&config)
         .await
-        .map_err(classify)?;
+        .map_err(|e| classify(e, "HELLO/AUTH"))?;
     // Two commands on the multiplexed connection at once: one round trip,
     // but each with its own reply, so an error (NOAUTH when the URL lacks a
     // password) keeps its code; a pipeline would fold it into a
@@ -782,7 +790,10 @@ async fn handshake(
         loads,
     )
     .await;
-    let (server, role) = (info.map_err(classify)?, role.map_err(classify)?);
+    let (server, role) = (
+        info.map_err(|e| classify(e, "INFO"))?,
+        role.map_err(|e| classify(e, "ROLE"))?,
+    );
     // The audit reads ROLE with the same parser, so what it reports is what
     // this check decides.
     let role = info::parse_role(&role).map_or_else(|| String::from("unknown"), |r| r.name);
@@ -803,9 +814,34 @@ async fn handshake(
 }
 
 /// What [`Node::run_request`] sends.
+#[derive(Clone, Copy)]
 enum Request<'a> {
     Cmd(&'a Cmd),
     Pipe(&'a Pipeline),
+}
+
+/// What was sent, to name it in an error.
+#[derive(Clone, Copy)]
+enum Sent<'a> {
+    Request(Request<'a>),
+    Script(&'a Script),
+}
+
+impl Sent<'_> {
+    /// `SET`, `SET/PTTL` (a pipeline), `EVALSHA of the release script`.
+    fn name(self) -> String {
+        let first = |cmd: &Cmd| match cmd.args_iter().next() {
+            Some(redis::Arg::Simple(name)) => String::from_utf8_lossy(name).to_ascii_uppercase(),
+            _ => String::from("a command"),
+        };
+        match self {
+            Sent::Request(Request::Cmd(cmd)) => first(cmd),
+            Sent::Request(Request::Pipe(pipe)) => {
+                pipe.cmd_iter().map(first).collect::<Vec<_>>().join("/")
+            }
+            Sent::Script(script) => format!("EVALSHA of the {} script", script.name),
+        }
+    }
 }
 
 #[cfg(test)]

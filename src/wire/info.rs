@@ -12,6 +12,8 @@ use std::time::Duration;
 
 use redis::{ErrorKind, RedisError, ServerErrorKind, Value};
 
+use crate::wire::scripts;
+
 /// A reply as text: bulk, simple and verbatim strings, and integers.
 pub(crate) fn text(v: &Value) -> Option<String> {
     match v {
@@ -169,18 +171,128 @@ pub(crate) fn parse_version(version: &str) -> Option<(u32, u32, u32)> {
 }
 
 /// The credentials were refused, or the server wants some: a wrong
-/// password or user at connect, `NOAUTH` when the URL has none, and
-/// `NOPERM` when the ACL user may not run a command the client needs.
+/// password or user at connect, `NOAUTH` when the URL has none. (`NOPERM`,
+/// a user who may not do something, is [`permission_denied`].)
 pub(crate) fn is_auth_error(e: &RedisError) -> bool {
-    matches!(
-        e.kind(),
-        ErrorKind::AuthenticationFailed | ErrorKind::Server(ServerErrorKind::NoPerm)
-    ) || matches!(e.code(), Some("NOAUTH" | "WRONGPASS"))
+    matches!(e.kind(), ErrorKind::AuthenticationFailed)
+        || matches!(e.code(), Some("NOAUTH" | "WRONGPASS"))
+}
+
+/// What an ACL refused, when `e` is a permission error: `NOPERM` for a
+/// command we sent (Redis names the command, or says a key or channel was
+/// outside the user's patterns), or the error Redis raises inside a script
+/// (it names the script by its SHA1, not the command; we name the script
+/// and the commands it runs). `command` is the command we sent, for the
+/// key and channel cases.
+pub(crate) fn permission_denied(e: &RedisError, command: &str) -> Option<String> {
+    let text = e.to_string();
+    if let Some(rest) = text.split("The user executing the script can't ").nth(1) {
+        let what = if rest.starts_with("run") {
+            "run a command"
+        } else if rest.starts_with("access") {
+            "access a key outside the user's key patterns"
+        } else if rest.starts_with("publish") {
+            "publish on a channel outside the user's channel patterns"
+        } else {
+            "do something"
+        };
+        return Some(match scripts::named_in(rest) {
+            Some(script) => format!(
+                "{what} in the {} script, which runs {}",
+                script.name,
+                script.commands().join(", ")
+            ),
+            None => format!("{what} in a script"),
+        });
+    }
+    if e.kind() != ErrorKind::Server(ServerErrorKind::NoPerm) && e.code() != Some("NOPERM") {
+        return None;
+    }
+    let detail = e.detail().unwrap_or_default();
+    Some(
+        if let Some(name) = detail
+            .split("permissions to run the '")
+            .nth(1)
+            .and_then(|rest| rest.split('\'').next())
+        {
+            format!("run {}", name.to_ascii_uppercase())
+        } else if detail.contains("one of the keys") {
+            format!("access a key of {command} outside the user's key patterns")
+        } else if detail.contains("one of the channels") {
+            format!("use a channel of {command} outside the user's channel patterns")
+        } else {
+            format!("run {command}")
+        },
+    )
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn permission_errors_name_what_was_denied() {
+        // The texts of Redis 7.0.15.
+        let noperm = |detail: &str| {
+            RedisError::from((
+                ErrorKind::Server(ServerErrorKind::NoPerm),
+                "",
+                detail.to_owned(),
+            ))
+        };
+        let denied = |e: &RedisError| permission_denied(e, "EVALSHA");
+        assert_eq!(
+            denied(&noperm(
+                "this user has no permissions to run the 'pubsub|numsub' command"
+            ))
+            .as_deref(),
+            Some("run PUBSUB|NUMSUB")
+        );
+        assert_eq!(
+            denied(&noperm(
+                "this user has no permissions to access one of the keys used as arguments"
+            ))
+            .as_deref(),
+            Some("access a key of EVALSHA outside the user's key patterns")
+        );
+        assert_eq!(
+            denied(&noperm(
+                "this user has no permissions to access one of the channels used as arguments"
+            ))
+            .as_deref(),
+            Some("use a channel of EVALSHA outside the user's channel patterns")
+        );
+        let in_script = |what: &str, sha: &str| {
+            redis::make_extension_error(
+                "ERR".to_owned(),
+                Some(format!(
+                    "The user executing the script can't {what} script: {sha}, on @user_script:2."
+                )),
+            )
+        };
+        let acquire = scripts::lock_scripts()[0];
+        let sha = redis::Script::new(include_str!("lua/acquire.lua"))
+            .get_hash()
+            .to_owned();
+        assert_eq!(acquire.name, "acquire");
+        assert_eq!(
+            denied(&in_script("run this command or subcommand", &sha)).as_deref(),
+            Some("run a command in the acquire script, which runs SET, INCR, INCRBY, PTTL")
+        );
+        assert_eq!(
+            denied(&in_script(
+                "publish to the channel mentioned in the command",
+                "0000"
+            ))
+            .as_deref(),
+            Some("publish on a channel outside the user's channel patterns in a script")
+        );
+        assert_eq!(
+            denied(&redis::make_extension_error("BUSY".to_owned(), None)),
+            None
+        );
+        assert_eq!(denied(&noperm("x")).as_deref(), Some("run EVALSHA"));
+    }
 
     fn bulk(s: &str) -> Value {
         Value::BulkString(s.as_bytes().to_vec())
@@ -356,7 +468,7 @@ mod tests {
             ErrorKind::AuthenticationFailed,
             "Password authentication failed",
         ))));
-        assert!(is_auth_error(&RedisError::from((
+        assert!(!is_auth_error(&RedisError::from((
             ErrorKind::Server(ServerErrorKind::NoPerm),
             "no permissions",
         ))));

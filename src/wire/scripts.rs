@@ -36,6 +36,8 @@ use redis::Cmd;
 /// A Lua script with its SHA1, computed once.
 #[derive(Debug)]
 pub(crate) struct Script {
+    /// What a permission error calls it ("the acquire script").
+    pub(crate) name: &'static str,
     source: &'static str,
     sha: String,
     /// Whether the `EVAL` after a `NOSCRIPT` goes out even when the round
@@ -46,13 +48,44 @@ pub(crate) struct Script {
 }
 
 impl Script {
-    fn new(source: &'static str) -> Self {
+    fn new(name: &'static str, source: &'static str) -> Self {
         let sha = redis::Script::new(source).get_hash().to_owned();
         Self {
+            name,
             source,
             sha,
             eval_when_decided: true,
         }
+    }
+
+    /// The commands the script runs, as ACL names (`SET`, `PUBSUB|NUMSUB`),
+    /// in order of first use: read from its source, so that they cannot
+    /// drift from what it runs.
+    pub(crate) fn commands(&self) -> Vec<String> {
+        let mut commands: Vec<String> = Vec::new();
+        for call in self.source.split("redis.call(").skip(1) {
+            let mut words = call.split(',').map(str::trim);
+            let quoted = |w: Option<&str>| {
+                w.and_then(|w| w.strip_prefix('\'')?.strip_suffix('\''))
+                    .map(str::to_owned)
+            };
+            let Some(mut command) = quoted(words.next()) else {
+                continue;
+            };
+            // A quoted second word is a subcommand (`PUBSUB NUMSUB`); a
+            // key or argument is never quoted in our scripts.
+            if let Some(sub) =
+                quoted(words.next()).filter(|w| w.chars().all(|c| c.is_ascii_uppercase()))
+            {
+                if command == "PUBSUB" {
+                    command = format!("{command}|{sub}");
+                }
+            }
+            if !commands.contains(&command) {
+                commands.push(command);
+            }
+        }
+        commands
     }
 
     /// `SCRIPT LOAD source`, for a connection's handshake.
@@ -152,8 +185,29 @@ impl Script {
 /// KEYS: lock key, fence key. ARGV: value, ttl ms, seed[, "1" to probe].
 pub(crate) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script {
     eval_when_decided: false,
-    ..Script::new(include_str!("lua/acquire.lua"))
+    ..Script::new("acquire", include_str!("lua/acquire.lua"))
 });
+
+/// Every script of the crate: the lock's and the fenced store's.
+fn all_scripts() -> [&'static Script; 7] {
+    [
+        &ACQUIRE,
+        &RELEASE,
+        &EXTEND,
+        &WRITE_BACK,
+        &RESEED,
+        &FENCED_WRITE,
+        &FENCED_READ,
+    ]
+}
+
+/// The script of ours whose SHA1 `message` names (Redis names the script
+/// in errors raised inside it).
+pub(crate) fn named_in(message: &str) -> Option<&'static Script> {
+    all_scripts()
+        .into_iter()
+        .find(|script| message.contains(script.sha.as_str()))
+}
 
 /// The scripts a lock's node runs, loaded by every connection's handshake.
 pub(crate) fn lock_scripts() -> [&'static Script; 5] {
@@ -172,7 +226,7 @@ pub(crate) fn lock_scripts() -> [&'static Script; 5] {
 /// server-wide, so the channel names the database; a script cannot read
 /// its database index, so the client passes the name).
 pub(crate) static RELEASE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("lua/release.lua")));
+    LazyLock::new(|| Script::new("release", include_str!("lua/release.lua")));
 
 /// Reset the expiry only if the key still holds our value (fences never
 /// expire, so nothing else needs keeping alive). Returns
@@ -183,7 +237,7 @@ pub(crate) static RELEASE: LazyLock<Script> =
 ///
 /// KEYS: lock key. ARGV: value, ttl ms.
 pub(crate) static EXTEND: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("lua/extend.lua")));
+    LazyLock::new(|| Script::new("extend", include_str!("lua/extend.lua")));
 
 /// The write-back: raises the fence to the token chosen by the client,
 /// only while the lock key still holds our value (so a token is never
@@ -195,7 +249,7 @@ pub(crate) static EXTEND: LazyLock<Script> =
 ///
 /// KEYS: lock key, fence key. ARGV: value, token.
 pub(crate) static WRITE_BACK: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("lua/write_back.lua")));
+    LazyLock::new(|| Script::new("write-back", include_str!("lua/write_back.lua")));
 
 /// The restart guard's re-seed: raises each fence in `KEYS` to the value in
 /// the same position of `ARGV` (the largest the other nodes read hold),
@@ -204,7 +258,7 @@ pub(crate) static WRITE_BACK: LazyLock<Script> =
 ///
 /// KEYS: fence keys. ARGV: values.
 pub(crate) static RESEED: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("lua/reseed.lua")));
+    LazyLock::new(|| Script::new("re-seed", include_str!("lua/reseed.lua")));
 
 /// The fenced store's write: store the value only if the token is at least
 /// the largest the key has accepted. Tokens are compared as decimal strings
@@ -213,12 +267,12 @@ pub(crate) static RESEED: LazyLock<Script> =
 ///
 /// KEYS: the store key (a hash of `value` and `fence`). ARGV: value, token.
 pub(crate) static FENCED_WRITE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("lua/fenced_write.lua")));
+    LazyLock::new(|| Script::new("fenced-write", include_str!("lua/fenced_write.lua")));
 
 /// The fenced store's read: `{value, fence}`, or nil for a key never
 /// written.
 pub(crate) static FENCED_READ: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("lua/fenced_read.lua")));
+    LazyLock::new(|| Script::new("fenced-read", include_str!("lua/fenced_read.lua")));
 
 #[cfg(test)]
 mod tests {
@@ -247,6 +301,23 @@ mod tests {
             .to_string()
             .into_bytes();
         assert_eq!(eval, b"4");
+    }
+
+    #[test]
+    fn scripts_know_the_commands_they_run() {
+        assert_eq!(ACQUIRE.commands(), ["SET", "INCR", "INCRBY", "PTTL"]);
+        assert_eq!(
+            RELEASE.commands(),
+            ["GET", "DEL", "PUBSUB|NUMSUB", "PUBLISH"]
+        );
+        assert_eq!(EXTEND.commands(), ["GET", "PEXPIRE"]);
+        assert_eq!(WRITE_BACK.commands(), ["GET", "SET"]);
+        assert_eq!(RESEED.commands(), ["GET", "SET"]);
+        assert_eq!(FENCED_WRITE.commands(), ["HGET", "HSET"]);
+        assert_eq!(FENCED_READ.commands(), ["HMGET"]);
+        let message = format!("ERR The user executing the script can't run this command or subcommand script: {}, on @user_script:4.", ACQUIRE.sha);
+        assert_eq!(named_in(&message).map(|s| s.name), Some("acquire"));
+        assert!(named_in("ERR something else").is_none());
     }
 
     fn words(cmd: &Cmd) -> Vec<Vec<u8>> {

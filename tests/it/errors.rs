@@ -669,3 +669,93 @@ async fn redis_error_replies_are_reported() {
         .release()
         .await;
 }
+
+/// The `NoPermission` failure of `err` (directly, or as the back-off's
+/// last failure).
+fn no_permission(err: &Error) -> String {
+    let q = err.quorum_failure().unwrap_or_else(|| panic!("{err:?}"));
+    q.failures
+        .iter()
+        .find_map(|f| match &f.kind {
+            NodeErrorKind::NoPermission { denied, .. } => Some(denied.clone()),
+            NodeErrorKind::Backoff { last, .. } => match &**last {
+                NodeErrorKind::NoPermission { denied, .. } => Some(denied.clone()),
+                _ => None,
+            },
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("no NoPermission failure in {err}"))
+}
+
+/// An ACL user that authenticates but may not do one thing the client
+/// needs gets `NoPermission` naming the command, not "authentication
+/// failed"; it is permanent (the wait ends at once), the password never
+/// shows, and a script that ran part way leaves no lock key behind.
+#[tokio::test]
+async fn a_user_missing_a_permission_gets_no_permission_naming_the_command() {
+    let server = RedisServer::start();
+    let port = server.port();
+    // (ACL rules after `+@all`, fencing, what the failure must name.)
+    let cases: [(&[&str], bool, &str); 5] = [
+        (&["-set"], false, "run SET"),
+        (
+            &["-incr"],
+            true,
+            "run a command in the acquire script, which runs SET, INCR, INCRBY, PTTL",
+        ),
+        (&["-info"], true, "run INFO"),
+        (
+            &["resetkeys", "~orders:*"],
+            false,
+            "access a key of SET outside the user's key patterns",
+        ),
+        (
+            &["resetkeys", "~redfence:lock:*"],
+            true,
+            "access a key of EVALSHA of the acquire script outside the user's key patterns",
+        ),
+    ];
+    for (i, (rules, fencing, names)) in cases.into_iter().enumerate() {
+        let user = format!("limited{i}");
+        let mut acl = vec![
+            "ACL",
+            "SETUSER",
+            &user,
+            "on",
+            ">pa55word",
+            "~*",
+            "&*",
+            "+@all",
+        ];
+        acl.extend_from_slice(rules);
+        assert_eq!(server.cli(&acl), "OK", "{rules:?}");
+        let url = format!("redis://{user}:pa55word@127.0.0.1:{port}");
+        let client = crate::helpers::builder([url])
+            .fencing(fencing)
+            .build()
+            .unwrap();
+        let started = Instant::now();
+        let err = patient(&client, "perm").acquire().await.unwrap_err();
+        assert_gave_up_at_once(&err, started);
+        assert_eq!(no_permission(&err), names, "{rules:?}: {err}");
+        let message = report(&err);
+        assert!(
+            message.contains(&format!("no permission to {names}")),
+            "{message}"
+        );
+        assert!(!message.contains("authentication failed"), "{message}");
+        assert!(!message.contains("pa55word"), "{message}");
+        assert!(
+            eventually(secs(2), || server.count_keys(LOCK_KEYS) == 0).await,
+            "{rules:?}: a lock key was left behind"
+        );
+    }
+    // The negative control: the same user with every permission locks.
+    let all = ["ACL", "SETUSER", "limited1", "+incr"];
+    assert_eq!(server.cli(&all), "OK");
+    let url = format!("redis://limited1:pa55word@127.0.0.1:{port}");
+    let client = crate::helpers::client([url]).unwrap();
+    let guard = client.acquire("perm", secs(5)).await.unwrap();
+    assert!(guard.token().is_some());
+    guard.release().await;
+}

@@ -4,6 +4,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod acl;
 mod audit;
 mod basic;
 mod cancellation;
