@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use crate::autoextend::AutoExtend;
 use crate::client::Client;
-use crate::config::{self, Config};
+use crate::config::{self, Config, NodeSpec};
 use crate::error::ConfigError;
 use crate::limits::{DEFAULT_PREFIX, MAX_NODES, MAX_PREFIX_LEN, MAX_TTL};
 use crate::node::NodeTimeouts;
@@ -23,7 +23,7 @@ use crate::validity::DriftFactor;
 #[derive(Debug, Clone)]
 #[must_use]
 pub struct Builder {
-    urls: Vec<String>,
+    urls: Vec<NodeSpec>,
     node_timeout: Duration,
     connect_timeout: Duration,
     reconnect_backoff_max: Duration,
@@ -42,7 +42,7 @@ impl Builder {
     pub(crate) fn new<I, S>(urls: I) -> Self
     where
         I: IntoIterator<Item = S>,
-        S: Into<String>,
+        S: Into<NodeSpec>,
     {
         Self {
             urls: urls.into_iter().map(Into::into).collect(),
@@ -255,11 +255,12 @@ impl Builder {
 
 /// The ways to make a client; what a client does is in `client`.
 impl Client {
-    /// A builder with every setting at its default; see [`Builder`].
+    /// A builder with every setting at its default; see [`Builder`]. Nodes
+    /// are URLs or `redis::ConnectionInfo`s ([`NodeSpec`]).
     pub fn builder<I, S>(urls: I) -> Builder
     where
         I: IntoIterator<Item = S>,
-        S: Into<String>,
+        S: Into<NodeSpec>,
     {
         Builder::new(urls)
     }
@@ -267,11 +268,14 @@ impl Client {
     /// A client with default settings. One URL runs single-node mode; 3 or 5
     /// run Redlock. Connects to nothing until first use.
     ///
-    /// URLs are `redis://[user][:password@]host[:port][/db]`.
+    /// URLs are `redis://[user][:password@]host[:port][/db]`, or for a
+    /// server on this host `unix:///path/to/redis.sock[?db=N&user=U&pass=P]`
+    /// (also `redis+unix://`); a `redis::ConnectionInfo` works as well
+    /// ([`NodeSpec`]).
     pub fn new<I, S>(urls: I) -> Result<Self, ConfigError>
     where
         I: IntoIterator<Item = S>,
-        S: Into<String>,
+        S: Into<NodeSpec>,
     {
         Builder::new(urls).build()
     }

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis::{ConnectionAddr, IntoConnectionInfo};
+use redis::{ConnectionAddr, ConnectionInfo, IntoConnectionInfo};
 
 use crate::autoextend::AutoExtend;
 use crate::error::ConfigError;
@@ -30,17 +30,81 @@ pub(crate) struct Config {
     pub(crate) restart_guard: RestartGuard,
 }
 
-/// One node per URL, in order, sharing one identity registry; two URLs that
+/// One node of a client: a URL, or the `redis::ConnectionInfo` a service
+/// already has. [`Client::builder`](crate::Client::builder) and
+/// [`Client::new`](crate::Client::new) take anything that converts into it:
+/// `&str`, `String`, `&String`, `redis::ConnectionInfo`.
+///
+/// URLs are `redis://[user][:password@]host[:port][/db]` or
+/// `unix:///path/to/redis.sock[?db=N&user=U&pass=P]` (also `redis+unix://`).
+/// Its `Debug` never shows a password.
+#[derive(Clone)]
+pub struct NodeSpec(Spec);
+
+#[derive(Clone)]
+enum Spec {
+    Url(String),
+    Info(Box<ConnectionInfo>),
+}
+
+impl From<&str> for NodeSpec {
+    fn from(url: &str) -> Self {
+        NodeSpec(Spec::Url(url.to_owned()))
+    }
+}
+
+impl From<String> for NodeSpec {
+    fn from(url: String) -> Self {
+        NodeSpec(Spec::Url(url))
+    }
+}
+
+impl From<&String> for NodeSpec {
+    fn from(url: &String) -> Self {
+        NodeSpec(Spec::Url(url.clone()))
+    }
+}
+
+impl From<ConnectionInfo> for NodeSpec {
+    fn from(info: ConnectionInfo) -> Self {
+        NodeSpec(Spec::Info(Box::new(info)))
+    }
+}
+
+impl std::fmt::Debug for NodeSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.0 {
+            Spec::Url(url) => f.debug_tuple("NodeSpec").field(&redact(url)).finish(),
+            Spec::Info(info) => f
+                .debug_tuple("NodeSpec")
+                .field(&describe_addr(info.addr()))
+                .finish(),
+        }
+    }
+}
+
+/// A connection address as an error shows it: `redis://host:port`,
+/// `rediss://host:port`, `unix:path` (never credentials).
+fn describe_addr(addr: &ConnectionAddr) -> String {
+    match addr {
+        ConnectionAddr::Tcp(host, port) => format!("redis://{host}:{port}"),
+        ConnectionAddr::TcpTls { host, port, .. } => format!("rediss://{host}:{port}"),
+        ConnectionAddr::Unix(path) => format!("unix:{}", path.display()),
+        other => format!("{other:?}"),
+    }
+}
+
+/// One node per spec, in order, sharing one identity registry; two that
 /// name the same address are refused (`DuplicateNode`). Connects to nothing.
 pub(crate) fn nodes(
-    urls: &[String],
+    specs: &[NodeSpec],
     timeouts: NodeTimeouts,
 ) -> Result<Vec<Arc<Node>>, ConfigError> {
-    let registry = Registry::new(urls.len());
-    let mut seen: Vec<String> = Vec::with_capacity(urls.len());
-    let mut nodes = Vec::with_capacity(urls.len());
-    for (index, url) in urls.iter().enumerate() {
-        let (client, addr, db) = parse_node(index, url)?;
+    let registry = Registry::new(specs.len());
+    let mut seen: Vec<String> = Vec::with_capacity(specs.len());
+    let mut nodes = Vec::with_capacity(specs.len());
+    for (index, spec) in specs.iter().enumerate() {
+        let (client, addr, db) = parse_node(index, spec)?;
         if let Some(first) = seen.iter().position(|a| *a == addr) {
             return Err(ConfigError::DuplicateNode {
                 addr,
@@ -62,37 +126,40 @@ pub(crate) fn nodes(
 }
 
 /// Parses one URL into a redis client and the address used to detect
-/// duplicates and name the node in errors (`host:port`, plus `/db` when not
-/// 0; never credentials).
-fn parse_node(index: usize, url: &str) -> Result<(redis::Client, String, i64), ConfigError> {
+/// duplicates and name the node in errors (`host:port`, or `unix:path` for
+/// a Unix socket, plus `/db` when not 0; never credentials).
+fn parse_node(index: usize, spec: &NodeSpec) -> Result<(redis::Client, String, i64), ConfigError> {
+    let shown = match &spec.0 {
+        Spec::Url(url) => redact(url),
+        Spec::Info(info) => describe_addr(info.addr()),
+    };
     let invalid = |source| ConfigError::InvalidUrl {
         index,
-        url: redact(url),
+        url: shown.clone(),
         source,
     };
-    // Decided on the scheme before parsing, so the error says what is wrong
-    // with the URL rather than what the parser of this build lacks.
-    let scheme = url
-        .split_once("://")
-        .map_or(String::new(), |(scheme, _)| scheme.to_ascii_lowercase());
-    if matches!(
-        scheme.as_str(),
-        "rediss" | "valkeys" | "unix" | "redis+unix" | "valkey+unix"
-    ) {
-        return Err(ConfigError::UnsupportedUrl {
-            index,
-            url: redact(url),
-        });
-    }
-    let info = url.into_connection_info().map_err(invalid)?;
+    let info = match &spec.0 {
+        Spec::Url(url) => {
+            // Decided on the scheme before parsing, so the error says what
+            // is wrong with the URL rather than what the parser of this
+            // build lacks.
+            let scheme = url
+                .split_once("://")
+                .map_or(String::new(), |(scheme, _)| scheme.to_ascii_lowercase());
+            if matches!(scheme.as_str(), "rediss" | "valkeys") {
+                return Err(ConfigError::UnsupportedUrl { index, url: shown });
+            }
+            url.as_str().into_connection_info().map_err(invalid)?
+        }
+        Spec::Info(info) => (**info).clone(),
+    };
     let addr = match info.addr() {
         ConnectionAddr::Tcp(host, port) => format!("{}:{port}", host.to_ascii_lowercase()),
-        _ => {
-            return Err(ConfigError::UnsupportedUrl {
-                index,
-                url: redact(url),
-            })
-        }
+        // A server on this host, through its socket file: named by the path
+        // (the run_id check still catches a socket and a TCP URL of one
+        // server).
+        ConnectionAddr::Unix(path) => format!("unix:{}", path.display()),
+        _ => return Err(ConfigError::UnsupportedUrl { index, url: shown }),
     };
     let db = info.redis_settings().db();
     let addr = if db == 0 {
@@ -168,12 +235,12 @@ mod tests {
 
     #[test]
     fn addresses_normalise_case_and_db() {
-        let (_, a, _) = parse_node(0, "redis://LOCALHOST:7001").unwrap();
+        let (_, a, _) = parse_node(0, &"redis://LOCALHOST:7001".into()).unwrap();
         assert_eq!(a, "localhost:7001");
-        let (_, b, db) = parse_node(0, "redis://127.0.0.1:7001/2").unwrap();
+        let (_, b, db) = parse_node(0, &"redis://127.0.0.1:7001/2".into()).unwrap();
         assert_eq!(db, 2);
         assert_eq!(b, "127.0.0.1:7001/2");
-        let (_, c, _) = parse_node(0, "redis://:pw@127.0.0.1:7001").unwrap();
+        let (_, c, _) = parse_node(0, &"redis://:pw@127.0.0.1:7001".into()).unwrap();
         assert_eq!(c, "127.0.0.1:7001", "no credentials in the address");
     }
 }

@@ -26,9 +26,10 @@ pub enum ConfigError {
         #[source]
         source: redis::RedisError,
     },
-    /// A node URL uses a scheme this build cannot connect to: a Unix socket
-    /// (`unix://`, `redis+unix://`) or TLS (`rediss://`, not supported yet).
-    #[error("node {index} ({url:?}) is not a tcp redis:// url")]
+    /// A node URL uses a scheme this build cannot connect to: TLS
+    /// (`rediss://`, not supported yet). Plain TCP (`redis://`) and Unix
+    /// sockets (`unix://`, `redis+unix://`) are.
+    #[error("node {index} ({url:?}) is not a redis:// or unix:// url")]
     UnsupportedUrl {
         /// Position of the node in the list.
         index: usize,

@@ -170,6 +170,7 @@ pub use audit::{Audit, Check, Finding, NodeAudit, Severity};
 pub use autoextend::AutoExtend;
 pub use builder::Builder;
 pub use client::Client;
+pub use config::NodeSpec;
 pub use error::{ConfigError, Error};
 pub use failure::{FailureReason, NodeErrorKind, NodeFailure, Phase, QuorumFailure};
 pub use fence::FencingToken;
@@ -182,6 +183,14 @@ pub use restart::RestartGuard;
 pub use retry::Retry;
 pub use stats::Stats;
 pub use store::{Fenced, FencedStore, StaleToken, StoreError};
+
+/// The `redis` crate this one is built on (its errors, in an `Arc`, are the
+/// `source()` of node failures), so that users name the same version.
+pub use redis;
+/// The `tokio-postgres` crate the PostgreSQL store is built on.
+#[cfg(feature = "postgres")]
+#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
+pub use tokio_postgres;
 
 // The README's code blocks, compiled and run as doctests.
 #[cfg(doctest)]

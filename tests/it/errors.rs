@@ -79,25 +79,11 @@ fn unparsable_url_is_reported_with_the_password_redacted() {
     }
 }
 
-#[test]
-fn unix_socket_urls_are_unsupported() {
-    for url in ["redis+unix:///tmp/redis.sock", "unix:///tmp/redis.sock"] {
-        let e = config_error(&["redis://127.0.0.1:7001", url]);
-        match &e {
-            ConfigError::UnsupportedUrl {
-                index: 1,
-                url: shown,
-            } => assert_eq!(shown, url),
-            other => panic!("{url}: expected UnsupportedUrl, got {other:?}"),
-        }
-    }
-}
-
-/// A socket URL carries its password in the query (`?pass=`); the error's
-/// URL is documented as redacted, so it must not show.
+/// A socket URL carries its password in the query (`?pass=`), a TLS URL in
+/// its userinfo; the error's URL is documented as redacted.
 #[test]
 fn unsupported_url_is_redacted_too() {
-    let e = config_error(&["redis+unix:///tmp/redis.sock?user=u&pass=hunter2"]);
+    let e = config_error(&["rediss://u:hunter2@127.0.0.1:6379/?pass=hunter2"]);
     assert!(matches!(e, ConfigError::UnsupportedUrl { .. }), "{e:?}");
     for shown in [e.to_string(), format!("{e:?}")] {
         assert!(!shown.contains("hunter2"), "password leaked: {shown}");
@@ -758,4 +744,79 @@ async fn a_user_missing_a_permission_gets_no_permission_naming_the_command() {
     let guard = client.acquire("perm", secs(5)).await.unwrap();
     assert!(guard.token().is_some());
     guard.release().await;
+}
+
+/// The re-exported `redis` is the crate whose errors node failures carry:
+/// a user downcasts the `source()` with the version they name through us.
+#[tokio::test]
+async fn node_failures_carry_errors_of_the_reexported_redis() {
+    let server = RedisServer::start_with(ServerOptions {
+        requirepass: Some(String::from("s3cret")),
+        ..ServerOptions::default()
+    });
+    let client = crate::helpers::client([server.url()]).unwrap();
+    let err = client.try_acquire("reexport", secs(5)).await.unwrap_err();
+    let kind = &err.node_failures()[0].kind;
+    let source = std::error::Error::source(kind).expect("a redis error");
+    // Shared behind an `Arc` (node failures are `Clone`).
+    let redis_error = source
+        .downcast_ref::<std::sync::Arc<redfence::redis::RedisError>>()
+        .expect("the source is a redfence::redis::RedisError");
+    assert_eq!(redis_error.code(), Some("NOAUTH"), "{redis_error}");
+}
+
+/// Nodes given as the `redis::ConnectionInfo` a service already has
+/// (credentials and database in its settings, not in a URL), mixed with
+/// URLs: the client locks with them, names them without credentials, and
+/// a wrong password in one is `Auth` like in a URL.
+#[tokio::test]
+async fn nodes_from_connection_info() {
+    use redfence::redis::{ConnectionAddr, ConnectionInfo, IntoConnectionInfo};
+    let servers: Vec<RedisServer> = (0..3)
+        .map(|_| {
+            RedisServer::start_with(ServerOptions {
+                acl_user: Some((String::from("svc"), String::from("s3cret"))),
+                ..ServerOptions::default()
+            })
+        })
+        .collect();
+    let info = |s: &RedisServer, password: &str| -> ConnectionInfo {
+        let info = s.url().into_connection_info().unwrap();
+        let settings = info
+            .redis_settings()
+            .clone()
+            .set_username("svc")
+            .set_password(password)
+            .set_db(1);
+        info.set_redis_settings(settings)
+    };
+    let specs: Vec<redfence::NodeSpec> = vec![
+        info(&servers[0], "s3cret").into(),
+        info(&servers[1], "s3cret").into(),
+        format!("redis://svc:s3cret@127.0.0.1:{}/1", servers[2].port()).into(),
+    ];
+    let shown = format!("{specs:?}");
+    assert!(!shown.contains("s3cret"), "{shown}");
+    let client = crate::helpers::client(specs).unwrap();
+    let guard = client.acquire("from-info", secs(5)).await.unwrap();
+    assert!(guard.token().is_some());
+    for s in &servers {
+        assert!(
+            eventually(secs(2), || s
+                .cli(&["INFO", "keyspace"])
+                .contains("db1:keys="))
+            .await,
+            "the lock is in database 1"
+        );
+    }
+    guard.release().await;
+
+    // A wrong password in a ConnectionInfo: Auth, named by its address.
+    let bad = info(&servers[0], "hunter2");
+    assert!(matches!(bad.addr(), ConnectionAddr::Tcp(..)));
+    let client = crate::helpers::client([bad]).unwrap();
+    let err = client.try_acquire("from-info", secs(5)).await.unwrap_err();
+    let f = auth_failure(&err);
+    assert_eq!(f.addr, format!("127.0.0.1:{}/1", servers[0].port()));
+    assert!(!report(&err).contains("hunter2"), "{err}");
 }

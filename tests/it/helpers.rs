@@ -95,7 +95,7 @@ pub fn assert_message_style(message: &str) {
 pub fn builder<I, S>(urls: I) -> redfence::Builder
 where
     I: IntoIterator<Item = S>,
-    S: Into<String>,
+    S: Into<redfence::NodeSpec>,
 {
     redfence::Client::builder(urls).restart_guard(redfence::RestartGuard::off())
 }
@@ -104,7 +104,7 @@ where
 pub fn client<I, S>(urls: I) -> Result<redfence::Client, redfence::ConfigError>
 where
     I: IntoIterator<Item = S>,
-    S: Into<String>,
+    S: Into<redfence::NodeSpec>,
 {
     builder(urls).build()
 }
@@ -116,7 +116,7 @@ where
 pub fn client_with_timeout<I, S>(urls: I, node_timeout: Duration) -> redfence::Client
 where
     I: IntoIterator<Item = S>,
-    S: Into<String>,
+    S: Into<redfence::NodeSpec>,
 {
     builder(urls).node_timeout(node_timeout).build().unwrap()
 }

@@ -20,4 +20,5 @@ mod modes;
 mod postgres;
 mod proxy;
 mod restart;
+mod sockets;
 mod waiting;

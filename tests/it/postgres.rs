@@ -14,7 +14,8 @@ use std::time::Instant;
 
 use redfence::postgres::{FenceRangeError, FencedTable, NameProblem, PgFencedStore};
 use redfence::{FencingToken, StoreError};
-use tokio_postgres::{Client, NoTls};
+// Through the re-export: the version the store is built on.
+use redfence::tokio_postgres::{self, Client, NoTls};
 
 use crate::helpers::{assert_message_style, ms, secs};
 use crate::support::postgres::PgServer;

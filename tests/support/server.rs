@@ -89,6 +89,9 @@ pub struct ServerOptions {
     /// Port of a master on 127.0.0.1 to replicate. If that master has a
     /// password, pass `--masterauth PASS` in `extra_args`.
     pub replica_of: Option<u16>,
+    /// Also listen on a Unix socket in the server's directory
+    /// ([`RedisServer::socket_url`]).
+    pub unixsocket: bool,
     /// For tests of lock keys under eviction pressure.
     pub maxmemory_policy: Option<String>,
     /// Appended after the generated arguments; later directives win, so
@@ -143,6 +146,16 @@ impl RedisServer {
     /// right and the wrong URL themselves.
     pub fn url(&self) -> String {
         format!("redis://127.0.0.1:{}", self.port())
+    }
+
+    /// The `unix://` URL of the server's socket (`ServerOptions::unixsocket`).
+    pub fn socket_url(&self) -> String {
+        assert!(self.opts.unixsocket, "started without a Unix socket");
+        format!("unix://{}", self.socket_path().display())
+    }
+
+    fn socket_path(&self) -> PathBuf {
+        self.dir.path().join("redis.sock")
     }
 
     /// `Some` while the process exists, including while it is paused.
@@ -255,6 +268,14 @@ impl RedisServer {
             "--logfile".into(),
             self.log_path().display().to_string(),
         ];
+        if o.unixsocket {
+            a.extend([
+                "--unixsocket".into(),
+                self.socket_path().display().to_string(),
+                "--unixsocketperm".into(),
+                "700".into(),
+            ]);
+        }
         if o.appendfsync_always {
             a.extend(["--appendfsync".into(), "always".into()]);
         }
