@@ -4,11 +4,11 @@
 //! direction, a missing permission named in a `NoPermission` failure, is
 //! `errors::a_user_missing_a_permission_gets_no_permission_naming_the_command`.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use redfence::{Client, RestartGuard, Retry};
 
-use crate::helpers::{eventually, ms, secs, LOCK_KEYS};
+use crate::helpers::{eventually, ms, notice_only_retry, secs, LOCK_KEYS};
 use crate::support::Cluster;
 
 /// The README's rows, in order: (feature, rules).
@@ -64,16 +64,6 @@ fn builder(urls: Vec<String>) -> redfence::Builder {
         .restart_guard(RestartGuard::off())
 }
 
-/// A retry policy that would sleep 10 s between attempts: only a release
-/// notice (or the holder's TTL) ends a wait sooner.
-fn slow_retry() -> Retry {
-    Retry::new()
-        .with_delay(secs(10))
-        .with_jitter(Duration::ZERO)
-        .with_max_jitter(Duration::ZERO)
-        .with_max_wait(secs(30))
-}
-
 #[tokio::test]
 async fn the_lock_alone_needs_the_first_row() {
     let cluster = Cluster::start(3);
@@ -127,7 +117,7 @@ async fn waiting_by_notification_needs_the_third_row() {
     let waiter = tokio::spawn(async move {
         let got = waiting
             .lock("acl-notify", secs(30))
-            .retry(slow_retry())
+            .retry(notice_only_retry())
             .acquire()
             .await;
         (got, Instant::now())

@@ -175,3 +175,14 @@ pub fn proxy_to(server: &RedisServer) -> FaultProxy {
     FaultProxy::start(SocketAddr::from((Ipv4Addr::LOCALHOST, server.port())))
         .unwrap_or_else(|e| panic!("starting a proxy to redis {}: {e}", server.port()))
 }
+
+/// A retry policy that would sleep 10 s between attempts (no jitter, 30 s
+/// at most): a waiter using it that gets the lock within seconds of a
+/// release was woken by the release notice.
+pub fn notice_only_retry() -> redfence::Retry {
+    redfence::Retry::new()
+        .with_delay(secs(10))
+        .with_jitter(std::time::Duration::ZERO)
+        .with_max_jitter(std::time::Duration::ZERO)
+        .with_max_wait(secs(30))
+}

@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use redfence::{Client, ConfigError, NodeErrorKind, RestartGuard, Retry};
 
-use crate::helpers::{eventually, ms, report, secs, LOCK_KEYS};
+use crate::helpers::{eventually, ms, notice_only_retry, report, secs, LOCK_KEYS};
 use crate::support::{RedisServer, ServerOptions};
 
 fn socket_server() -> RedisServer {
@@ -55,13 +55,7 @@ async fn nodes_on_unix_sockets_lock_fence_and_wake_waiters() {
     let waiter = tokio::spawn(async move {
         let got = waiting
             .lock("socket", secs(30))
-            .retry(
-                Retry::new()
-                    .with_delay(secs(10))
-                    .with_jitter(std::time::Duration::ZERO)
-                    .with_max_jitter(std::time::Duration::ZERO)
-                    .with_max_wait(secs(30)),
-            )
+            .retry(notice_only_retry())
             .acquire()
             .await;
         (got, Instant::now())
