@@ -543,11 +543,12 @@ async fn subscriber(
     reaping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut pause = RESUBSCRIBE_MIN;
     let mut connected_before = false;
+    // Whether the last try failed (connect, or a subscribe refused: an ACL
+    // user without SUBSCRIBE, say): the next waits `pause`, doubling, so a
+    // refusal is not retried in a tight loop of new connections.
+    let mut failed = false;
     loop {
-        let connection =
-            tokio::time::timeout(timeout, node.redis_client().get_async_pubsub()).await;
-        let Ok(Ok(pubsub)) = connection else {
-            tracing::debug!(node = %node.addr(), "subscription connect failed");
+        if failed {
             // Keep the wanted set current while down.
             let until = tokio::time::Instant::now() + pause;
             loop {
@@ -564,16 +565,24 @@ async fn subscriber(
                 }
             }
             pause = (pause * 2).min(node.backoff_max());
+        }
+        failed = true;
+        let connection =
+            tokio::time::timeout(timeout, node.redis_client().get_async_pubsub()).await;
+        let Ok(Ok(pubsub)) = connection else {
+            tracing::debug!(node = %node.addr(), "subscription connect failed");
             continue;
         };
         let (mut sink, mut stream) = pubsub.split();
         if !wanted.is_empty() {
             let channels: Vec<String> = wanted.iter().map(|k| notice_channel(k, db)).collect();
-            if !matches!(
-                tokio::time::timeout(timeout, sink.subscribe(channels)).await,
-                Ok(Ok(()))
-            ) {
-                continue;
+            match tokio::time::timeout(timeout, sink.subscribe(channels)).await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => {
+                    tracing::warn!(node = %node.addr(), error = %e, "SUBSCRIBE refused: waiters on this node wait by their retry policy");
+                    continue;
+                }
+                Err(_) => continue,
             }
             let Some(shared) = shared.upgrade() else {
                 return;
@@ -584,6 +593,7 @@ async fn subscriber(
         }
         connected_before = true;
         pause = RESUBSCRIBE_MIN;
+        failed = false;
         loop {
             tokio::select! {
                 command = commands.recv() => {
@@ -606,8 +616,9 @@ async fn subscriber(
                     };
                     apply(&mut wanted, command);
                     if !ok {
-                        // Reconnect: the new connection subscribes to what
-                        // is wanted then.
+                        // Reconnect (after a pause): the new connection
+                        // subscribes to what is wanted then.
+                        failed = true;
                         break;
                     }
                 }

@@ -205,3 +205,46 @@ async fn the_audit_needs_the_fifth_row() {
         );
     }
 }
+
+/// Without `+subscribe` waiters cannot be notified: they wait by their
+/// retry policy, and the subscriber retries its refused `SUBSCRIBE` with
+/// back-off instead of opening connection after connection (it did, in a
+/// tight loop, until this test).
+#[tokio::test]
+async fn without_subscribe_waiters_poll_and_the_subscriber_backs_off() {
+    let cluster = Cluster::start(1);
+    let urls = user(&cluster, "nosub", &[0]);
+    let holder = builder(urls.clone()).fencing(false).build().unwrap();
+    let waiting = builder(urls)
+        .fencing(false)
+        .reconnect_backoff_max(secs(1))
+        .build()
+        .unwrap();
+    let guard = holder.acquire("acl-nosub", secs(30)).await.unwrap();
+    let connections = || -> u64 {
+        let info = cluster.nodes[0].cli(&["INFO", "stats"]);
+        info.lines()
+            .find_map(|l| l.strip_prefix("total_connections_received:"))
+            .and_then(|n| n.trim().parse().ok())
+            .expect("INFO stats has total_connections_received")
+    };
+    let before = connections();
+    let waiter = tokio::spawn(async move {
+        waiting
+            .lock("acl-nosub", secs(30))
+            .retry(Retry::new().with_delay(ms(300)).with_max_wait(secs(20)))
+            .acquire()
+            .await
+    });
+    tokio::time::sleep(secs(2)).await;
+    let during = connections() - before;
+    guard.release().await;
+    let second = waiter
+        .await
+        .unwrap()
+        .expect("the waiter gets it by polling");
+    second.release().await;
+    // Back-off from 25 ms doubling to 1 s: about 7 tries in 2 s, plus the
+    // waiter's own connection and the test's INFO connections.
+    assert!(during <= 20, "{during} connections in 2 s");
+}
