@@ -858,9 +858,9 @@ impl Bench {
             || warm.missing_tokens > 0
             || warm.errors > 0
             || warm.short_releases > 0;
-        // `-` per node where the protocol keeps no fence key of the
-        // resource's own (a fence shared by a bucket of resources).
-        let fence_key = format!("redfence:fence:{resource}");
+        // The fence of the resource's bucket: shared with the other
+        // resources of the bucket, which earlier rows moved on every node.
+        let fence_key = clients[0].fence_key(&resource);
         let fences = self
             .cluster
             .nodes

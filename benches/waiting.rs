@@ -34,6 +34,8 @@
 //! 200; CI's smoke run takes 40, since the `once` rows of the polling
 //! modes wait out every waiter's backoff one after another).
 
+#[path = "common/mod.rs"]
+mod common;
 #[path = "../tests/support/process.rs"]
 mod process;
 #[path = "../tests/support/server.rs"]
@@ -120,11 +122,16 @@ struct Row {
 }
 
 fn main() {
-    let secs: f64 = std::env::var("REDFENCE_BENCH_SECS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .filter(|s: &f64| s.is_finite() && *s > 0.0)
-        .unwrap_or(3.0);
+    // A clear line and exit status 2, not a panic, without redis-server
+    // or with a bad REDFENCE_BENCH_SECS.
+    let secs = match common::preflight(3.0) {
+        Ok(secs) if secs > 0.0 => secs,
+        Ok(_) => {
+            eprintln!("REDFENCE_BENCH_SECS=0: this bench needs a window above 0 s (e.g. 0.2)");
+            std::process::exit(2);
+        }
+        Err(code) => std::process::exit(code),
+    };
     let nodes: Vec<RedisServer> = (0..NODES).map(|_| RedisServer::start()).collect();
     let urls: Vec<String> = nodes.iter().map(RedisServer::url).collect();
     let rt = tokio::runtime::Builder::new_multi_thread()
