@@ -4,11 +4,9 @@
 //! direction, a missing permission named in a `NoPermission` failure, is
 //! `errors::a_user_missing_a_permission_gets_no_permission_naming_the_command`.
 
-use std::time::Instant;
-
 use redfence::{Client, RestartGuard, Retry};
 
-use crate::helpers::{eventually, ms, notice_only_retry, secs, LOCK_KEYS};
+use crate::helpers::{eventually, hand_over_by_notice, ms, secs, LOCK_KEYS};
 use crate::support::Cluster;
 
 /// The README's rows, in order: (feature, rules).
@@ -114,24 +112,11 @@ async fn waiting_by_notification_needs_the_third_row() {
     let holder = builder(urls.clone()).fencing(false).build().unwrap();
     let waiting = builder(urls).fencing(false).build().unwrap();
     let guard = holder.acquire("acl-notify", secs(30)).await.unwrap();
-    let waiter = tokio::spawn(async move {
-        let got = waiting
-            .lock("acl-notify", secs(30))
-            .retry(notice_only_retry())
-            .acquire()
-            .await;
-        (got, Instant::now())
-    });
-    // Long enough for the waiter's first attempt and its subscription.
-    tokio::time::sleep(ms(500)).await;
-    let released = Instant::now();
-    guard.release().await;
-    let (got, at) = waiter.await.unwrap();
-    got.expect("the waiter gets the lock").release().await;
+    let (second, after, _) = hand_over_by_notice(guard, waiting).await;
+    second.release().await;
     assert!(
-        at - released < secs(5),
-        "woken {:?} after the release: no notice arrived",
-        at - released
+        after < secs(5),
+        "woken {after:?} after the release: no notice arrived"
     );
 }
 

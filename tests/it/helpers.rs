@@ -176,6 +176,33 @@ pub fn proxy_to(server: &RedisServer) -> FaultProxy {
         .unwrap_or_else(|e| panic!("starting a proxy to redis {}: {e}", server.port()))
 }
 
+/// Starts a waiter of `waiting` (another client than the holder's) on
+/// `guard`'s resource with [`notice_only_retry`], releases `guard` once the
+/// waiter is queued, and returns the waiter's guard, how long after the
+/// release it got the lock (well under 10 s only when a release notice woke
+/// it) and the release's report.
+pub async fn hand_over_by_notice(
+    guard: redfence::LockGuard,
+    waiting: redfence::Client,
+) -> (redfence::LockGuard, Duration, redfence::Released) {
+    let resource = guard.resource().to_owned();
+    let waiter = tokio::spawn(async move {
+        let got = waiting
+            .lock(&resource, secs(30))
+            .retry(notice_only_retry())
+            .acquire()
+            .await;
+        (got, std::time::Instant::now())
+    });
+    // Long enough for the waiter's first attempt and its subscription.
+    tokio::time::sleep(ms(500)).await;
+    let released_at = std::time::Instant::now();
+    let released = guard.release().await;
+    let (got, at) = waiter.await.unwrap();
+    let second = got.expect("the waiter gets the lock");
+    (second, at - released_at, released)
+}
+
 /// A retry policy that would sleep 10 s between attempts (no jitter, 30 s
 /// at most): a waiter using it that gets the lock within seconds of a
 /// release was woken by the release notice.

@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use redfence::{Client, ConfigError, NodeErrorKind, RestartGuard, Retry};
 
-use crate::helpers::{eventually, ms, notice_only_retry, report, secs, LOCK_KEYS};
+use crate::helpers::{eventually, hand_over_by_notice, ms, report, secs, LOCK_KEYS};
 use crate::support::{RedisServer, ServerOptions};
 
 fn socket_server() -> RedisServer {
@@ -51,21 +51,9 @@ async fn nodes_on_unix_sockets_lock_fence_and_wake_waiters() {
     }
     // A waiter of another client: its retry policy would sleep 10 s, so
     // only the release notice (over the socket) wakes it sooner.
-    let waiting = client(urls);
-    let waiter = tokio::spawn(async move {
-        let got = waiting
-            .lock("socket", secs(30))
-            .retry(notice_only_retry())
-            .acquire()
-            .await;
-        (got, Instant::now())
-    });
-    tokio::time::sleep(ms(500)).await;
-    let released = Instant::now();
-    assert!(guard.release().await.confirmed >= 2);
-    let (got, at) = waiter.await.unwrap();
-    let second = got.expect("the waiter gets the lock");
-    assert!(at - released < secs(5), "woken {:?} after", at - released);
+    let (second, after, released) = hand_over_by_notice(guard, client(urls)).await;
+    assert!(released.confirmed >= 2, "{released:?}");
+    assert!(after < secs(5), "woken {after:?} after the release");
     assert!(second.token().expect("a token") > first);
     second.release().await;
     for s in &servers {
