@@ -21,4 +21,6 @@ mod postgres;
 mod proxy;
 mod restart;
 mod sockets;
+#[cfg(feature = "tls")]
+mod tls;
 mod waiting;
