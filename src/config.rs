@@ -157,12 +157,7 @@ fn parse_node(
             // Decided on the scheme before parsing, so the error says what
             // is wrong with the URL rather than what the parser of this
             // build lacks.
-            let scheme = url
-                .split_once("://")
-                .map_or(String::new(), |(scheme, _)| scheme.to_ascii_lowercase());
-            if matches!(scheme.as_str(), "rediss" | "valkeys") && !cfg!(feature = "tls") {
-                return Err(unsupported(NEEDS_TLS_FEATURE));
-            }
+            scheme_check(url, cfg!(feature = "tls")).map_err(unsupported)?;
             url.as_str().into_connection_info().map_err(invalid)?
         }
         Spec::Info(info) => (**info).clone(),
@@ -206,6 +201,18 @@ fn parse_node(
 }
 
 const NEEDS_TLS_FEATURE: &str = "is a TLS url: build redfence with its `tls` feature";
+
+/// Refuses a TLS URL in a build without TLS (`tls_built` is the feature,
+/// a parameter so that both answers are tested in every build).
+fn scheme_check(url: &str, tls_built: bool) -> Result<(), &'static str> {
+    let scheme = url
+        .split_once("://")
+        .map_or(String::new(), |(scheme, _)| scheme.to_ascii_lowercase());
+    if matches!(scheme.as_str(), "rediss" | "valkeys") && !tls_built {
+        return Err(NEEDS_TLS_FEATURE);
+    }
+    Ok(())
+}
 
 /// Replaces the password in `scheme://user:password@host` and in a
 /// `pass=` / `password=` query parameter with `***`.
@@ -252,6 +259,25 @@ fn redact_userinfo(url: &str) -> String {
 mod tests {
     use super::*;
 
+    /// A TLS URL needs the `tls` feature; both builds' answers, in either
+    /// build (CI builds with every feature, so `UnsupportedUrl` for a
+    /// `rediss://` URL is reached only by `cargo test` without it).
+    #[test]
+    fn tls_urls_need_the_feature() {
+        for url in ["rediss://h:1", "REDISS://h:1", "valkeys://h:1"] {
+            assert_eq!(scheme_check(url, false), Err(NEEDS_TLS_FEATURE), "{url}");
+            assert_eq!(scheme_check(url, true), Ok(()), "{url}");
+        }
+        for url in [
+            "redis://h:1",
+            "unix:///tmp/r.sock",
+            "redis+unix:///tmp/r.sock",
+            "not a url",
+        ] {
+            assert_eq!(scheme_check(url, false), Ok(()), "{url}");
+        }
+    }
+
     #[test]
     fn redaction() {
         assert_eq!(redact("redis://:secret@h:1"), "redis://:***@h:1");
@@ -271,12 +297,12 @@ mod tests {
 
     #[test]
     fn addresses_normalise_case_and_db() {
-        let (_, a, _) = parse_node(0, &"redis://LOCALHOST:7001".into()).unwrap();
+        let (_, a, _) = parse_node(0, &"redis://LOCALHOST:7001".into(), None).unwrap();
         assert_eq!(a, "localhost:7001");
-        let (_, b, db) = parse_node(0, &"redis://127.0.0.1:7001/2".into()).unwrap();
+        let (_, b, db) = parse_node(0, &"redis://127.0.0.1:7001/2".into(), None).unwrap();
         assert_eq!(db, 2);
         assert_eq!(b, "127.0.0.1:7001/2");
-        let (_, c, _) = parse_node(0, &"redis://:pw@127.0.0.1:7001".into()).unwrap();
+        let (_, c, _) = parse_node(0, &"redis://:pw@127.0.0.1:7001".into(), None).unwrap();
         assert_eq!(c, "127.0.0.1:7001", "no credentials in the address");
     }
 }

@@ -19,6 +19,7 @@ mod modes;
 #[cfg(feature = "postgres")]
 mod postgres;
 mod proxy;
+mod resp3;
 mod restart;
 mod sockets;
 #[cfg(feature = "tls")]

@@ -6,6 +6,9 @@
 //! ECDSA P-256 keys through rcgen (ring): a set takes milliseconds, so each
 //! test binary makes one, the first time it is asked for.
 
+// Each includer (test binary, bench) uses a different subset.
+#![allow(dead_code)]
+
 use std::sync::OnceLock;
 
 use rcgen::{
