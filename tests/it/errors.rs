@@ -803,15 +803,15 @@ async fn nodes_from_connection_info() {
     let client = crate::helpers::client(specs).unwrap();
     let guard = client.acquire("from-info", secs(5)).await.unwrap();
     assert!(guard.token().is_some());
-    for s in &servers {
-        assert!(
-            eventually(secs(2), || s
-                .cli(&["INFO", "keyspace"])
-                .contains("db1:keys="))
-            .await,
-            "the lock is in database 1"
-        );
-    }
+    // On a majority (a node whose connect was still going when the round
+    // was decided was not sent the SET), and in database 1.
+    let in_db1 = || {
+        servers
+            .iter()
+            .filter(|s| s.cli(&["INFO", "keyspace"]).contains("db1:keys="))
+            .count()
+    };
+    assert!(in_db1() >= 2, "the lock is in database 1 on {} nodes", in_db1());
     guard.release().await;
 
     // A wrong password in a ConnectionInfo: Auth, named by its address.
