@@ -15,10 +15,13 @@ mod fencing;
 mod hardening;
 mod helpers;
 mod lifecycle;
+#[cfg(feature = "metrics")]
+mod metrics;
 mod modes;
 #[cfg(feature = "postgres")]
 mod postgres;
 mod proxy;
 mod restart;
 mod sockets;
+mod spans;
 mod waiting;
