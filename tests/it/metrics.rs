@@ -96,6 +96,71 @@ impl Log {
     fn all(&self) -> Vec<Entry> {
         self.0.lock().unwrap().clone()
     }
+
+    /// Every metric recorded is a row of the README's table, with that
+    /// type and exactly those labels.
+    fn check_documented(&self) {
+        let table = readme_metrics();
+        for entry in self.all() {
+            let Some((_, kind, labels)) = table.iter().find(|(name, ..)| *name == entry.name)
+            else {
+                panic!("{} is not in the README's table", entry.name);
+            };
+            let recorded = match entry.op {
+                Op::Counter(_) => "counter",
+                Op::Gauge(_) => "gauge",
+                Op::Histogram(_) => "histogram",
+            };
+            assert_eq!(recorded, kind, "{entry:?}");
+            let mut keys: Vec<&str> = entry.labels.iter().map(|(k, _)| k.as_str()).collect();
+            keys.sort_unstable();
+            let mut documented: Vec<&str> = labels.iter().map(String::as_str).collect();
+            documented.sort_unstable();
+            assert_eq!(keys, documented, "{entry:?}");
+        }
+    }
+}
+
+/// The README's metric table: (name, type, labels) per row.
+fn readme_metrics() -> Vec<(String, String, Vec<String>)> {
+    let readme = include_str!("../../README.md");
+    let section = readme
+        .split("## Observability")
+        .nth(1)
+        .expect("README has the Observability section");
+    let rows: Vec<(String, String, Vec<String>)> = section
+        .lines()
+        .skip_while(|l| !l.starts_with("| metric"))
+        .skip(2)
+        .take_while(|l| l.starts_with('|'))
+        .map(|l| {
+            let cells: Vec<&str> = l.split('|').map(str::trim).collect();
+            let labels = cells[3]
+                .split(", ")
+                .map(|label| label.trim_matches('`').to_owned())
+                .collect();
+            (
+                cells[1].trim_matches('`').to_owned(),
+                cells[2].to_owned(),
+                labels,
+            )
+        })
+        .collect();
+    assert!(rows.len() >= 10, "{rows:?}");
+    rows
+}
+
+/// Each metric of the README's table is read back by a test of this file
+/// (the other tests check that what they record is in the table).
+#[test]
+fn every_documented_metric_is_read_back() {
+    let source = include_str!("metrics.rs");
+    for (name, ..) in readme_metrics() {
+        assert!(
+            source.contains(&format!("\"{name}\"")),
+            "{name} is documented but no test reads it"
+        );
+    }
 }
 
 struct Handle {
@@ -241,9 +306,15 @@ async fn acquisitions_extends_and_failures_are_counted() {
             .len(),
         2
     );
+    // Answers about the lock are not node errors.
+    assert_eq!(log.counter("redfence_node_errors_total", &[]), 0);
     // Refused before any round trip: the error variant is the reason.
     let err = client.acquire("", secs(5)).await.unwrap_err();
     assert!(matches!(err, Error::InvalidResource(_)), "{err}");
+    assert_eq!(
+        log.histogram("redfence_acquire_attempts", &[("outcome", "failed")]),
+        [1.0, 2.0, 0.0]
+    );
     assert_eq!(
         log.counter(
             "redfence_acquire_failures_total",
@@ -275,6 +346,7 @@ async fn acquisitions_extends_and_failures_are_counted() {
             }
         }
     }
+    log.check_documented();
 }
 
 #[tokio::test]
@@ -336,6 +408,7 @@ async fn lost_leases_and_the_watchdogs_extends_are_counted() {
     guard.release().await;
     // Releases are not losses.
     assert_eq!(log.counter("redfence_leases_lost_total", &[]), 2);
+    log.check_documented();
 }
 
 #[tokio::test]
@@ -420,6 +493,7 @@ async fn node_errors_and_health_gauges_follow_the_nodes() {
         log.gauge("redfence_node_stalled", &[("node", &paused)]),
         [1.0, 0.0]
     );
+    log.check_documented();
 }
 
 #[tokio::test]
@@ -473,6 +547,7 @@ async fn the_restart_guard_quarantine_is_a_gauge() {
     );
     let voting = history.iter().filter(|h| h.last() == Some(&0.0)).count();
     assert!(voting >= 2, "{:?}", log.all());
+    log.check_documented();
 }
 
 #[tokio::test]
@@ -500,4 +575,5 @@ async fn release_notices_are_counted_per_node() {
             "{entry:?}"
         );
     }
+    log.check_documented();
 }

@@ -14,14 +14,14 @@ use std::collections::HashMap;
 use std::fmt::Debug;
 use std::sync::{Arc, Mutex};
 
-use redfence::{AutoExtend, FencedStore, LossReason};
+use redfence::{AutoExtend, FencedStore, LossReason, Retry};
 use tracing::field::{Field, Visit};
 use tracing::span::{Attributes, Id, Record};
 use tracing::{Event, Level, Subscriber};
 use tracing_subscriber::layer::{Context, Layer, SubscriberExt};
 use tracing_subscriber::registry::LookupSpan;
 
-use crate::helpers::{builder, lock_key, ms, secs, warm_up};
+use crate::helpers::{builder, eventually, lock_key, ms, secs, warm_up};
 use crate::support::{Cluster, ServerOptions};
 
 /// One span: its name and every field value recorded on it, in order (a
@@ -169,6 +169,39 @@ fn leaks(text: &str, value: &str) -> bool {
 
 const PASSWORD: &str = "obs-pa55-7d1e";
 
+/// The README's span table: (span names, fields) per row.
+fn readme_spans() -> Vec<(Vec<String>, Vec<String>)> {
+    let readme = include_str!("../../README.md");
+    let section = readme
+        .split("## Observability")
+        .nth(1)
+        .expect("README has the Observability section");
+    let rows: Vec<(Vec<String>, Vec<String>)> = section
+        .lines()
+        .skip_while(|l| !l.starts_with("| span"))
+        .skip(2)
+        .take_while(|l| l.starts_with('|'))
+        .map(|l| {
+            let cells: Vec<&str> = l.split('|').map(str::trim).collect();
+            (backticked(cells[1]), backticked(cells[3]))
+        })
+        .collect();
+    assert!(rows.len() >= 8, "{rows:?}");
+    rows
+}
+
+/// The words in backticks in `cell`, up to the first parenthesis of each
+/// comma-separated item (`outcome` (`ok` / …) is the field `outcome`).
+fn backticked(cell: &str) -> Vec<String> {
+    cell.split(", ")
+        .filter_map(|item| {
+            let item = item.split(" (").next()?;
+            Some(item.trim().trim_matches('`').to_owned())
+        })
+        .filter(|w| !w.is_empty())
+        .collect()
+}
+
 /// Three nodes with an ACL user whose password is in the client's URLs.
 fn cluster_with_password() -> (Cluster, Vec<String>) {
     let cluster = Cluster::start_with(3, |_| ServerOptions {
@@ -212,6 +245,13 @@ async fn every_operation_has_a_span_with_its_outcome_and_no_secret() {
         .await
         .unwrap()
         .is_none());
+    let err = client
+        .lock("obs-spans", secs(5))
+        .retry(Retry::once())
+        .acquire()
+        .await
+        .unwrap_err();
+    assert!(err.is_contended(), "{err}");
     let token = guard.token().unwrap();
     guard.release().await;
 
@@ -222,14 +262,25 @@ async fn every_operation_has_a_span_with_its_outcome_and_no_secret() {
         .await
         .unwrap();
     let payload = "payload-3b9f0c";
-    FencedStore::new(conn)
-        .write("obs-data", payload, token)
-        .await
-        .unwrap();
+    let store = FencedStore::new(conn);
+    store.write("obs-data", payload, token).await.unwrap();
+    assert!(store.read("obs-data").await.unwrap().is_some());
     client.audit().await;
+    // A guard dropped without a release: released in the background.
+    drop(client.acquire("obs-dropped", secs(5)).await.unwrap());
+    let dropped = get(&cluster, "obs-dropped");
+    assert!(
+        eventually(secs(5), || cluster.count_keys(&lock_key("obs-dropped"))
+            == [0, 0, 0])
+        .await,
+        "the dropped guard was not released"
+    );
 
     // A lost lease: the watchdog finds the keys gone on a majority.
     let watched = builder(urls.clone()).node_timeout(ms(200)).build().unwrap();
+    // Connected everywhere first: a fresh client's straggling SET could
+    // land after the DEL below.
+    warm_up(&watched, &cluster).await;
     let lost_guard = watched
         .lock("obs-lost", secs(3))
         .auto_extend(AutoExtend::new())
@@ -251,7 +302,7 @@ async fn every_operation_has_a_span_with_its_outcome_and_no_secret() {
     let acquire = c
         .spans("acquire")
         .into_iter()
-        .find(|s| s.get("resource") == Some("obs-spans"))
+        .find(|s| s.get("resource") == Some("obs-spans") && s.get("outcome") == Some("acquired"))
         .expect("the acquire span");
     assert_outcome_fields(&acquire);
     assert_eq!(acquire.get("outcome"), Some("acquired"), "{acquire:?}");
@@ -273,6 +324,13 @@ async fn every_operation_has_a_span_with_its_outcome_and_no_secret() {
     assert_eq!(extend.get("outcome"), Some("extended"), "{extend:?}");
     assert_eq!(extend.get("quorum"), Some("2"), "{extend:?}");
 
+    let refused = c
+        .spans("acquire")
+        .into_iter()
+        .find(|s| s.get("outcome") == Some("failed"))
+        .expect("the failed acquire's span");
+    assert_eq!(refused.get("reason"), Some("held by another owner"));
+    assert_eq!(refused.get("attempts"), Some("1"), "{refused:?}");
     let tried = c.spans("try_acquire").pop().expect("the try_acquire span");
     assert_outcome_fields(&tried);
     assert_eq!(tried.get("outcome"), Some("failed"), "{tried:?}");
@@ -323,6 +381,11 @@ async fn every_operation_has_a_span_with_its_outcome_and_no_secret() {
         .collect();
     assert_eq!(warned.len(), 1, "{warned:?}");
     assert_eq!(warned[0].fields.get("resource"), Some("obs-lost"));
+    assert!(
+        warned[0].fields.get("validity_left").is_some(),
+        "{warned:?}"
+    );
+    assert!(warned[0].fields.get("token").is_some(), "{warned:?}");
     assert_eq!(
         warned[0].fields.get("reason"),
         Some(LossReason::NotHeld.to_string().as_str())
@@ -340,15 +403,75 @@ async fn every_operation_has_a_span_with_its_outcome_and_no_secret() {
             .collect::<Vec<_>>()
     );
 
+    // Every span of the README's table, with every field it lists.
+    for (names, fields) in readme_spans() {
+        for name in names {
+            let spans = c.spans(&name);
+            assert!(!spans.is_empty(), "no {name} span");
+            for field in &fields {
+                assert!(
+                    spans.iter().any(|s| s.get(field).is_some()),
+                    "no {name} span has {field}: {spans:?}"
+                );
+            }
+        }
+    }
+
     // Nothing secret, anywhere in what the subscriber was given.
     assert!(c.text.contains("obs-spans") && c.text.contains("127.0.0.1"));
     assert!(!leaks(&c.text, &value), "the lock value was traced");
     assert!(!leaks(&c.text, &lost_value), "the lock value was traced");
+    assert!(!leaks(&c.text, &dropped), "the lock value was traced");
     assert!(!c.text.contains(PASSWORD), "a password was traced");
     assert!(!c.text.contains(payload), "a fenced value was traced");
 }
 
-/// The negative control of the test above: the same capture and checks do
+/// Everything but the lease-lost warning is `debug`: a subscriber at
+/// `info` is given no span and no event by acquire, extend and release, and
+/// the warning still comes through.
+#[tokio::test]
+async fn a_subscriber_at_info_gets_only_the_warning() {
+    let cluster = Cluster::start(3);
+    let capture = Capture::default();
+    let subscriber = tracing::subscriber::set_default(
+        tracing_subscriber::registry()
+            .with(tracing_subscriber::filter::LevelFilter::INFO)
+            .with(capture.clone()),
+    );
+    let client = builder(cluster.urls())
+        .node_timeout(secs(1))
+        .build()
+        .unwrap();
+    warm_up(&client, &cluster).await;
+    let guard = client.acquire("obs-quiet", secs(5)).await.unwrap();
+    guard.extend(secs(5)).await.unwrap();
+    assert!(client
+        .try_acquire("obs-quiet", secs(5))
+        .await
+        .unwrap()
+        .is_none());
+    guard.release().await;
+    // A lease that ran out, found by an extend.
+    let guard = client.acquire("obs-quiet", ms(200)).await.unwrap();
+    tokio::time::sleep(ms(300)).await;
+    assert!(guard.extend(secs(1)).await.unwrap_err().is_lost());
+    guard.release().await;
+    drop(subscriber);
+    let c = capture.captured();
+    assert!(c.spans("acquire").is_empty(), "{}", c.text);
+    let events: Vec<(Level, Option<&str>)> = c
+        .events
+        .iter()
+        .map(|e| (e.level, e.fields.get("message")))
+        .collect();
+    assert_eq!(events, [(Level::WARN, Some("lease lost"))], "{}", c.text);
+    assert_eq!(
+        c.events[0].fields.get("reason"),
+        Some(LossReason::Expired.to_string().as_str())
+    );
+}
+
+/// The negative control of `every_operation_has_a_span_with_its_outcome_and_no_secret`: the same capture and checks do
 /// find a lock value and a password when something traces them.
 #[tokio::test]
 async fn the_secret_checks_find_what_is_traced() {
