@@ -403,3 +403,13 @@ mod imp {
         }
     }
 }
+
+/// Without the feature a node's gauges take no space (run `cargo test
+/// --lib` without features).
+#[cfg(all(test, not(feature = "metrics")))]
+mod off {
+    #[test]
+    fn node_gauges_are_zero_sized() {
+        assert_eq!(std::mem::size_of::<super::NodeGauges>(), 0);
+    }
+}

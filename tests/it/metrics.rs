@@ -577,3 +577,41 @@ async fn release_notices_are_counted_per_node() {
     }
     log.check_documented();
 }
+
+/// Without the feature the crate does not depend on `metrics`: the
+/// library's dependency is optional and only the feature enables it (the
+/// dev-dependency serves these tests).
+#[test]
+fn the_metrics_dependency_comes_with_the_feature_only() {
+    let manifest = include_str!("../../Cargo.toml");
+    let section = |name: &str| -> Vec<&str> {
+        manifest
+            .split(&format!("\n[{name}]\n"))
+            .nth(1)
+            .unwrap_or_else(|| panic!("no [{name}]"))
+            .split("\n[")
+            .next()
+            .unwrap()
+            .lines()
+            .collect()
+    };
+    let dependency: Vec<&str> = section("dependencies")
+        .into_iter()
+        .filter(|l| l.starts_with("metrics "))
+        .collect();
+    assert_eq!(dependency.len(), 1, "{dependency:?}");
+    assert!(dependency[0].contains("optional = true"), "{dependency:?}");
+    assert!(dependency[0].contains("\"0.24\""), "{dependency:?}");
+    let features = section("features");
+    assert!(
+        features.contains(&"metrics = [\"dep:metrics\"]"),
+        "{features:?}"
+    );
+    assert!(features.contains(&"default = []"), "{features:?}");
+    // No other feature pulls it in.
+    let enabling: Vec<&&str> = features
+        .iter()
+        .filter(|l| l.contains("dep:metrics") || l.contains("\"metrics\""))
+        .collect();
+    assert_eq!(enabling.len(), 1, "{enabling:?}");
+}
