@@ -15,6 +15,7 @@ use crate::protocol::shared::Shared;
 use crate::resource::validate_prefix;
 use crate::restart::RestartGuard;
 use crate::retry::Retry;
+use crate::tls::Tls;
 use crate::validity::DriftFactor;
 
 /// Builds a [`Client`]. Every setter documents its default; `build`
@@ -36,6 +37,7 @@ pub struct Builder {
     wake_on_release: bool,
     max_local_handoffs: u32,
     restart_guard: RestartGuard,
+    tls: Option<Tls>,
 }
 
 impl Builder {
@@ -58,6 +60,7 @@ impl Builder {
             wake_on_release: true,
             max_local_handoffs: DEFAULT_LOCAL_HANDOFFS,
             restart_guard: RestartGuard::new(),
+            tls: None,
         }
     }
 
@@ -186,6 +189,17 @@ impl Builder {
         self
     }
 
+    /// What the client trusts and presents on its `rediss://` nodes (feature
+    /// `tls`): a private CA, a client certificate for mutual TLS. Once set,
+    /// every node must be `rediss://` (a plain one is refused with
+    /// [`ConfigError::TlsOnPlainNode`]); a node given as a
+    /// `redis::ConnectionInfo` gets these instead of its own. Defaults to
+    /// none: `rediss://` nodes are checked against the system's trust store.
+    pub fn tls(mut self, tls: Tls) -> Self {
+        self.tls = Some(tls);
+        self
+    }
+
     /// Validates the settings and builds the client. Does not connect.
     pub fn build(self) -> Result<Client, ConfigError> {
         if self.urls.is_empty() {
@@ -236,7 +250,7 @@ impl Builder {
             backoff_max: self.reconnect_backoff_max,
             probe: self.node_timeout,
         };
-        let nodes = config::nodes(&self.urls, timeouts)?;
+        let nodes = config::nodes(&self.urls, self.tls.as_ref(), timeouts)?;
         let config = Config {
             node_timeout: self.node_timeout,
             drift_factor,

@@ -12,6 +12,7 @@ use crate::error::ConfigError;
 use crate::node::{Node, NodeTimeouts, Registry};
 use crate::restart::RestartGuard;
 use crate::retry::Retry;
+use crate::tls::Tls;
 use crate::validity::DriftFactor;
 
 /// The validated settings a client runs with.
@@ -35,7 +36,8 @@ pub(crate) struct Config {
 /// [`Client::new`](crate::Client::new) take anything that converts into it:
 /// `&str`, `String`, `&String`, `redis::ConnectionInfo`.
 ///
-/// URLs are `redis://[user][:password@]host[:port][/db]` or
+/// URLs are `redis://[user][:password@]host[:port][/db]`,
+/// `rediss://…` for TLS (feature `tls`, see [`Tls`]), or
 /// `unix:///path/to/redis.sock[?db=N&user=U&pass=P]` (also `redis+unix://`).
 /// Its `Debug` never shows a password.
 #[derive(Clone)]
@@ -95,16 +97,19 @@ fn describe_addr(addr: &ConnectionAddr) -> String {
 }
 
 /// One node per spec, in order, sharing one identity registry; two that
-/// name the same address are refused (`DuplicateNode`). Connects to nothing.
+/// name the same address are refused (`DuplicateNode`). `tls` applies to
+/// every `rediss://` node, and then every node must be one. Connects to
+/// nothing.
 pub(crate) fn nodes(
     specs: &[NodeSpec],
+    tls: Option<&Tls>,
     timeouts: NodeTimeouts,
 ) -> Result<Vec<Arc<Node>>, ConfigError> {
     let registry = Registry::new(specs.len());
     let mut seen: Vec<String> = Vec::with_capacity(specs.len());
     let mut nodes = Vec::with_capacity(specs.len());
     for (index, spec) in specs.iter().enumerate() {
-        let (client, addr, db) = parse_node(index, spec)?;
+        let (client, addr, db) = parse_node(index, spec, tls)?;
         if let Some(first) = seen.iter().position(|a| *a == addr) {
             return Err(ConfigError::DuplicateNode {
                 addr,
@@ -128,7 +133,11 @@ pub(crate) fn nodes(
 /// Parses one URL into a redis client and the address used to detect
 /// duplicates and name the node in errors (`host:port`, or `unix:path` for
 /// a Unix socket, plus `/db` when not 0; never credentials).
-fn parse_node(index: usize, spec: &NodeSpec) -> Result<(redis::Client, String, i64), ConfigError> {
+fn parse_node(
+    index: usize,
+    spec: &NodeSpec,
+    tls: Option<&Tls>,
+) -> Result<(redis::Client, String, i64), ConfigError> {
     let shown = match &spec.0 {
         Spec::Url(url) => redact(url),
         Spec::Info(info) => describe_addr(info.addr()),
@@ -138,28 +147,32 @@ fn parse_node(index: usize, spec: &NodeSpec) -> Result<(redis::Client, String, i
         url: shown.clone(),
         source,
     };
+    let unsupported = |reason| ConfigError::UnsupportedUrl {
+        index,
+        url: shown.clone(),
+        reason,
+    };
     let info = match &spec.0 {
         Spec::Url(url) => {
             // Decided on the scheme before parsing, so the error says what
             // is wrong with the URL rather than what the parser of this
             // build lacks.
-            let scheme = url
-                .split_once("://")
-                .map_or(String::new(), |(scheme, _)| scheme.to_ascii_lowercase());
-            if matches!(scheme.as_str(), "rediss" | "valkeys") {
-                return Err(ConfigError::UnsupportedUrl { index, url: shown });
-            }
+            scheme_check(url, cfg!(feature = "tls")).map_err(unsupported)?;
             url.as_str().into_connection_info().map_err(invalid)?
         }
         Spec::Info(info) => (**info).clone(),
     };
-    let addr = match info.addr() {
-        ConnectionAddr::Tcp(host, port) => format!("{}:{port}", host.to_ascii_lowercase()),
+    let (addr, secure) = match info.addr() {
+        ConnectionAddr::Tcp(host, port) => (format!("{}:{port}", host.to_ascii_lowercase()), false),
+        ConnectionAddr::TcpTls { host, port, .. } if cfg!(feature = "tls") => {
+            (format!("{}:{port}", host.to_ascii_lowercase()), true)
+        }
+        ConnectionAddr::TcpTls { .. } => return Err(unsupported(NEEDS_TLS_FEATURE)),
         // A server on this host, through its socket file: named by the path
         // (the run_id check still catches a socket and a TCP URL of one
         // server).
-        ConnectionAddr::Unix(path) => format!("unix:{}", path.display()),
-        _ => return Err(ConfigError::UnsupportedUrl { index, url: shown }),
+        ConnectionAddr::Unix(path) => (format!("unix:{}", path.display()), false),
+        _ => return Err(unsupported("is not a redis://, rediss:// or unix:// url")),
     };
     let db = info.redis_settings().db();
     let addr = if db == 0 {
@@ -167,8 +180,38 @@ fn parse_node(index: usize, spec: &NodeSpec) -> Result<(redis::Client, String, i
     } else {
         format!("{addr}/{db}")
     };
-    let client = redis::Client::open(info).map_err(invalid)?;
+    let client = match (tls, secure) {
+        // Settings for TLS given, and a node that would ignore them: a
+        // `redis://` left in a list meant to be encrypted.
+        (Some(_), false) => return Err(ConfigError::TlsOnPlainNode { index, url: shown }),
+        #[cfg(feature = "tls")]
+        (Some(tls), true) => {
+            let certificates = tls.certificates();
+            certificates
+                .and_then(|certificates| redis::Client::build_with_tls(info, certificates))
+                .map_err(|source| ConfigError::InvalidTls {
+                    index,
+                    url: shown.clone(),
+                    source,
+                })?
+        }
+        _ => redis::Client::open(info).map_err(invalid)?,
+    };
     Ok((client, addr, db))
+}
+
+const NEEDS_TLS_FEATURE: &str = "is a TLS url: build redfence with its `tls` feature";
+
+/// Refuses a TLS URL in a build without TLS (`tls_built` is the feature,
+/// a parameter so that both answers are tested in every build).
+fn scheme_check(url: &str, tls_built: bool) -> Result<(), &'static str> {
+    let scheme = url
+        .split_once("://")
+        .map_or(String::new(), |(scheme, _)| scheme.to_ascii_lowercase());
+    if matches!(scheme.as_str(), "rediss" | "valkeys") && !tls_built {
+        return Err(NEEDS_TLS_FEATURE);
+    }
+    Ok(())
 }
 
 /// Replaces the password in `scheme://user:password@host` and in a
@@ -216,6 +259,25 @@ fn redact_userinfo(url: &str) -> String {
 mod tests {
     use super::*;
 
+    /// A TLS URL needs the `tls` feature; both builds' answers, in either
+    /// build (CI builds with every feature, so `UnsupportedUrl` for a
+    /// `rediss://` URL is reached only by `cargo test` without it).
+    #[test]
+    fn tls_urls_need_the_feature() {
+        for url in ["rediss://h:1", "REDISS://h:1", "valkeys://h:1"] {
+            assert_eq!(scheme_check(url, false), Err(NEEDS_TLS_FEATURE), "{url}");
+            assert_eq!(scheme_check(url, true), Ok(()), "{url}");
+        }
+        for url in [
+            "redis://h:1",
+            "unix:///tmp/r.sock",
+            "redis+unix:///tmp/r.sock",
+            "not a url",
+        ] {
+            assert_eq!(scheme_check(url, false), Ok(()), "{url}");
+        }
+    }
+
     #[test]
     fn redaction() {
         assert_eq!(redact("redis://:secret@h:1"), "redis://:***@h:1");
@@ -235,12 +297,12 @@ mod tests {
 
     #[test]
     fn addresses_normalise_case_and_db() {
-        let (_, a, _) = parse_node(0, &"redis://LOCALHOST:7001".into()).unwrap();
+        let (_, a, _) = parse_node(0, &"redis://LOCALHOST:7001".into(), None).unwrap();
         assert_eq!(a, "localhost:7001");
-        let (_, b, db) = parse_node(0, &"redis://127.0.0.1:7001/2".into()).unwrap();
+        let (_, b, db) = parse_node(0, &"redis://127.0.0.1:7001/2".into(), None).unwrap();
         assert_eq!(db, 2);
         assert_eq!(b, "127.0.0.1:7001/2");
-        let (_, c, _) = parse_node(0, &"redis://:pw@127.0.0.1:7001".into()).unwrap();
+        let (_, c, _) = parse_node(0, &"redis://:pw@127.0.0.1:7001".into(), None).unwrap();
         assert_eq!(c, "127.0.0.1:7001", "no credentials in the address");
     }
 }

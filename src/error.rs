@@ -26,15 +26,40 @@ pub enum ConfigError {
         #[source]
         source: redis::RedisError,
     },
-    /// A node URL uses a scheme this build cannot connect to: TLS
-    /// (`rediss://`, not supported yet). Plain TCP (`redis://`) and Unix
-    /// sockets (`unix://`, `redis+unix://`) are.
-    #[error("node {index} ({url:?}) is not a redis:// or unix:// url")]
+    /// A node URL uses a scheme this build cannot connect to: `rediss://`
+    /// without the `tls` feature, or a scheme that is not Redis's. Plain TCP
+    /// (`redis://`), TLS (`rediss://`, feature `tls`) and Unix sockets
+    /// (`unix://`, `redis+unix://`) are supported.
+    #[error("node {index} ({url:?}) {reason}")]
     UnsupportedUrl {
         /// Position of the node in the list.
         index: usize,
         /// The URL, redacted.
         url: String,
+        /// What is unsupported.
+        reason: &'static str,
+    },
+    /// [`Builder::tls`](crate::Builder::tls) was given, and a node is not a
+    /// `rediss://` one: it would connect in plain text while the settings
+    /// say the deployment is encrypted.
+    #[error("node {index} ({url:?}) is not a rediss:// url, but TLS settings were given")]
+    TlsOnPlainNode {
+        /// Position of the node in the list.
+        index: usize,
+        /// The URL, redacted.
+        url: String,
+    },
+    /// The TLS settings could not be used for a node: a CA or client
+    /// certificate that is not PEM, a key that does not parse.
+    #[error("node {index} ({url:?}) has unusable TLS settings")]
+    InvalidTls {
+        /// Position of the node in the list.
+        index: usize,
+        /// The URL, redacted.
+        url: String,
+        /// What the TLS layer said (never the key).
+        #[source]
+        source: redis::RedisError,
     },
     /// The same server address appears twice. Redlock's votes must come from
     /// independent servers; listing one twice would let it vote twice.

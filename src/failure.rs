@@ -81,6 +81,17 @@ pub enum NodeErrorKind {
     /// The connection dropped while the command was in flight.
     #[error("connection lost")]
     ConnectionLost(#[source] Arc<redis::RedisError>),
+    /// The TLS handshake with a `rediss://` node failed: its certificate is
+    /// not trusted (signed by another CA, expired, issued for another host),
+    /// it refused this client's certificate, or it does not speak TLS at all
+    /// (a plain-text server behind a `rediss://` URL, found by a plain
+    /// `PING` once half the connect timeout has passed without an answer to
+    /// the TLS hello). Permanent: retrying does not fix a certificate.
+    #[error("TLS handshake failed: {reason}")]
+    Tls {
+        /// What went wrong, as the TLS layer said it (never key material).
+        reason: String,
+    },
     /// The node refused the credentials (or requires some).
     #[error("authentication failed")]
     Auth(#[source] Arc<redis::RedisError>),
@@ -117,7 +128,10 @@ pub enum NodeErrorKind {
         run_id: String,
     },
     /// The last connection attempt failed recently; the client waits before
-    /// trying again instead of paying a connect on every call.
+    /// trying again instead of paying a connect on every call. After a
+    /// permanent failure (see [`is_permanent`](Self::is_permanent)) calls
+    /// get it at once also while the next reconnect is in flight
+    /// (`retry_in` is then zero), until a connect succeeds.
     #[error("down, next reconnect in {retry_in:?}")]
     Backoff {
         /// Time until the next connection attempt.
@@ -170,11 +184,12 @@ fn fmt_expiry(expires_in: Option<Duration>) -> String {
 
 impl NodeErrorKind {
     /// Failures that will not go away by retrying: wrong credentials, a
-    /// replica, a duplicate server. An acquire stops retrying when these alone
+    /// refused TLS handshake, a replica, a duplicate server. An acquire stops retrying when these alone
     /// make a majority impossible.
     pub fn is_permanent(&self) -> bool {
         match self {
             NodeErrorKind::Auth(_)
+            | NodeErrorKind::Tls { .. }
             | NodeErrorKind::NoPermission { .. }
             | NodeErrorKind::NotMaster { .. }
             | NodeErrorKind::SameServer { .. } => true,
@@ -190,6 +205,7 @@ impl NodeErrorKind {
         !matches!(
             self,
             NodeErrorKind::Connect(_)
+                | NodeErrorKind::Tls { .. }
                 | NodeErrorKind::Auth(_)
                 | NodeErrorKind::NotMaster { .. }
                 | NodeErrorKind::SameServer { .. }

@@ -161,6 +161,7 @@ mod restart;
 mod retry;
 mod stats;
 mod store;
+mod tls;
 mod validity;
 mod watchdog;
 mod wire;
@@ -186,6 +187,7 @@ pub use restart::RestartGuard;
 pub use retry::Retry;
 pub use stats::Stats;
 pub use store::{Fenced, FencedStore, StaleToken, StoreError};
+pub use tls::Tls;
 
 /// The `redis` crate this one is built on (its errors, in an `Arc`, are the
 /// `source()` of node failures), so that users name the same version.

@@ -261,6 +261,7 @@ mod imp {
             NodeErrorKind::Timeout(_) => "Timeout",
             NodeErrorKind::Connect(_) => "Connect",
             NodeErrorKind::ConnectionLost(_) => "ConnectionLost",
+            NodeErrorKind::Tls { .. } => "Tls",
             NodeErrorKind::Auth(_) => "Auth",
             NodeErrorKind::NoPermission { .. } => "NoPermission",
             NodeErrorKind::NotMaster { .. } => "NotMaster",
@@ -314,6 +315,9 @@ mod imp {
                 NodeErrorKind::Timeout(ms),
                 NodeErrorKind::Connect(redis()),
                 NodeErrorKind::ConnectionLost(redis()),
+                NodeErrorKind::Tls {
+                    reason: "expired".into(),
+                },
                 NodeErrorKind::Auth(redis()),
                 NodeErrorKind::NoPermission {
                     denied: "run GET".into(),

@@ -25,13 +25,17 @@ use std::time::{Duration, Instant};
 
 use futures::future::{BoxFuture, FutureExt, Shared};
 use redis::aio::MultiplexedConnection;
-use redis::{AsyncConnectionConfig, Cmd, ErrorKind, Pipeline, RedisError, ServerErrorKind, Value};
+use redis::{
+    AsyncConnectionConfig, Cmd, ConnectionAddr, ErrorKind, Pipeline, RedisError, ServerErrorKind,
+    Value,
+};
 
 use crate::failure::NodeErrorKind;
 use crate::metrics::NodeGauges;
 use crate::restart;
-use crate::wire::info;
+use crate::tls;
 use crate::wire::scripts::{lock_scripts, Script};
+use crate::wire::{info, probe};
 
 /// Set when a fan-out has decided (see `fanout`): a request that only then
 /// gets its connection sends nothing.
@@ -193,6 +197,9 @@ struct Inner {
     /// `try_replacement`), and whether one is being tried.
     next_replacement: Instant,
     replacing: bool,
+    /// The last connect's failure, if permanent; cleared by a connect that
+    /// succeeds.
+    refused: Option<NodeErrorKind>,
 }
 
 impl fmt::Debug for Node {
@@ -229,6 +236,7 @@ impl Node {
                 next_probe: Instant::now(),
                 next_replacement: Instant::now(),
                 replacing: false,
+                refused: None,
             }),
             epoch: Instant::now(),
             last_reply: AtomicU64::new(0),
@@ -617,6 +625,18 @@ impl Node {
                 State::Idle => self.start_connect(&mut inner),
             }
         };
+        // After a permanent failure (a refused certificate or password, a
+        // replica), a reconnect in flight is most likely refused again: the
+        // caller hears the refusal now instead of waiting out the connect,
+        // which could outlast its node timeout and pass for a transient
+        // timeout. The reconnect goes on in the background and clears this
+        // when it succeeds.
+        if let Some(refused) = self.lock_inner().refused.clone() {
+            return Err(NodeErrorKind::Backoff {
+                retry_in: Duration::ZERO,
+                last: Box::new(refused),
+            });
+        }
         pending.await
     }
 
@@ -675,6 +695,10 @@ impl Node {
         if inner.next_generation != generation + 1 {
             return result;
         }
+        inner.refused = match &result {
+            Err(error) if error.is_permanent() => Some(error.clone()),
+            _ => None,
+        };
         match &result {
             Ok(connected) => {
                 tracing::debug!(node = %self.addr, run_id = %connected.identity.run_id, "connected");
@@ -746,7 +770,12 @@ impl Node {
 /// `command`: what was sent, named in a permission error about its keys or
 /// channels.
 fn classify(e: RedisError, command: &str) -> NodeErrorKind {
-    if let Some(denied) = info::permission_denied(&e, command) {
+    // With TLS 1.3 a server checks the client's certificate after the
+    // client's side of the handshake is done: a refused certificate shows
+    // up on the first command, as an alert.
+    if let Some(reason) = tls::handshake_error(&e) {
+        NodeErrorKind::Tls { reason }
+    } else if let Some(denied) = info::permission_denied(&e, command) {
         NodeErrorKind::NoPermission {
             denied,
             source: Arc::new(e),
@@ -779,10 +808,40 @@ async fn handshake(
         .set_connection_timeout(Some(timeout))
         .set_response_timeout(None)
         .set_pipeline_buffer_size(PIPELINE_BUFFER);
-    let conn = client
-        .get_multiplexed_async_connection_with_config(&config)
-        .await
-        .map_err(|e| classify(e, "HELLO/AUTH"))?;
+    let connect = async {
+        client
+            .get_multiplexed_async_connection_with_config(&config)
+            .await
+            .map_err(|e| classify(e, "HELLO/AUTH"))
+    };
+    let conn = match client.get_connection_info().addr() {
+        ConnectionAddr::TcpTls { host, port, .. } => {
+            tls::ensure_provider();
+            // A plain-text server takes the TLS hello for the start of an
+            // inline command and waits for the rest, so the handshake would
+            // only time out. Past half the budget, one plain `PING` on a
+            // second connection tells the two apart: a RESP answer means
+            // the URL should not say `rediss://`. A healthy TLS server
+            // answers long before, and never sees the probe.
+            let plain = async {
+                tokio::time::sleep(timeout / 2).await;
+                if probe::answers_plain_resp(host, *port, timeout / 2).await {
+                    NodeErrorKind::Tls {
+                        reason: String::from(
+                            "the server answers in plain text (a redis:// server behind a rediss:// url)",
+                        ),
+                    }
+                } else {
+                    std::future::pending().await
+                }
+            };
+            tokio::select! {
+                connected = connect => connected?,
+                refused = plain => return Err(refused),
+            }
+        }
+        _ => connect.await?,
+    };
     // Two commands on the multiplexed connection at once: one round trip,
     // but each with its own reply, so an error (NOAUTH when the URL lacks a
     // password) keeps its code; a pipeline would fold it into a

@@ -4,4 +4,5 @@
 
 pub(crate) mod commands;
 pub(crate) mod info;
+pub(crate) mod probe;
 pub(crate) mod scripts;

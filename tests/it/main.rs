@@ -21,7 +21,10 @@ mod modes;
 #[cfg(feature = "postgres")]
 mod postgres;
 mod proxy;
+mod resp3;
 mod restart;
 mod sockets;
 mod spans;
+#[cfg(feature = "tls")]
+mod tls;
 mod waiting;

@@ -1,5 +1,6 @@
 #![allow(dead_code)]
 
+pub mod certs;
 pub mod postgres;
 pub mod process;
 pub mod proxy;

@@ -25,8 +25,9 @@
 #![allow(dead_code)]
 
 use std::fs;
-use std::io::{self, BufRead, BufReader, Write};
+use std::io::{self, BufRead, BufReader, Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpStream};
+use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::sync::OnceLock;
@@ -94,9 +95,26 @@ pub struct ServerOptions {
     pub unixsocket: bool,
     /// For tests of lock keys under eviction pressure.
     pub maxmemory_policy: Option<String>,
+    /// TLS only: `--port 0 --tls-port P`, so the server takes no plain TCP
+    /// connection at all. The harness itself talks to it over its Unix
+    /// socket (always on for a TLS server), so it needs no TLS client.
+    pub tls: Option<ServerTls>,
     /// Appended after the generated arguments; later directives win, so
     /// these can also override the defaults (e.g. `--loglevel verbose`).
     pub extra_args: Vec<String>,
+}
+
+/// A TLS server's certificate, key and the CA it checks client certificates
+/// against, as PEM text (made at test time; written into the server's
+/// directory at launch).
+#[derive(Debug, Clone, Default)]
+pub struct ServerTls {
+    pub cert_pem: String,
+    pub key_pem: String,
+    pub ca_pem: String,
+    /// `tls-auth-clients yes`: a client without a certificate signed by
+    /// `ca_pem` is refused (mutual TLS). `no` accepts any client.
+    pub auth_clients: bool,
 }
 
 /// One `redis-server` child process on 127.0.0.1, killed and its data
@@ -143,19 +161,28 @@ impl RedisServer {
     }
 
     /// Without credentials on purpose: auth tests need to build both the
-    /// right and the wrong URL themselves.
+    /// right and the wrong URL themselves. `rediss://` for a TLS server.
     pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port())
+        let scheme = if self.opts.tls.is_some() {
+            "rediss"
+        } else {
+            "redis"
+        };
+        format!("{scheme}://127.0.0.1:{}", self.port())
     }
 
     /// The `unix://` URL of the server's socket (`ServerOptions::unixsocket`).
     pub fn socket_url(&self) -> String {
-        assert!(self.opts.unixsocket, "started without a Unix socket");
+        assert!(self.has_socket(), "started without a Unix socket");
         format!("unix://{}", self.socket_path().display())
     }
 
     fn socket_path(&self) -> PathBuf {
         self.dir.path().join("redis.sock")
+    }
+
+    fn has_socket(&self) -> bool {
+        self.opts.unixsocket || self.opts.tls.is_some()
     }
 
     /// `Some` while the process exists, including while it is paused.
@@ -241,14 +268,27 @@ impl RedisServer {
     }
 
     fn query(&self, args: &[&str], timeout: Duration) -> io::Result<Reply> {
-        query(self.port(), self.opts.requirepass.as_deref(), args, timeout)
+        let password = self.opts.requirepass.as_deref();
+        if self.opts.tls.is_some() {
+            let stream = UnixStream::connect(self.socket_path())?;
+            exchange(stream, password, args, timeout)
+        } else {
+            let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, self.port()));
+            let stream = TcpStream::connect_timeout(&addr, timeout)?;
+            stream.set_nodelay(true)?;
+            exchange(stream, password, args, timeout)
+        }
     }
 
     fn args(&self) -> Vec<String> {
         let o = &self.opts;
+        let (port, tls_port) = match o.tls {
+            Some(_) => (0, Some(self.port())),
+            None => (self.port(), None),
+        };
         let mut a: Vec<String> = vec![
             "--port".into(),
-            self.port().to_string(),
+            port.to_string(),
             "--bind".into(),
             "127.0.0.1".into(),
             // No RDB snapshots: persistence is exactly what `appendonly`
@@ -268,7 +308,22 @@ impl RedisServer {
             "--logfile".into(),
             self.log_path().display().to_string(),
         ];
-        if o.unixsocket {
+        if let (Some(tls), Some(tls_port)) = (&o.tls, tls_port) {
+            let file = |name: &str| self.dir.join(name).display().to_string();
+            a.extend([
+                "--tls-port".into(),
+                tls_port.to_string(),
+                "--tls-cert-file".into(),
+                file("tls.crt"),
+                "--tls-key-file".into(),
+                file("tls.key"),
+                "--tls-ca-cert-file".into(),
+                file("ca.crt"),
+                "--tls-auth-clients".into(),
+                if tls.auth_clients { "yes" } else { "no" }.into(),
+            ]);
+        }
+        if self.has_socket() {
             a.extend([
                 "--unixsocket".into(),
                 self.socket_path().display().to_string(),
@@ -331,6 +386,16 @@ impl RedisServer {
         fs::create_dir_all(self.dir.path())
             .unwrap_or_else(|e| panic!("creating {}: {e}", self.dir.path().display()));
         let log_start = fs::metadata(self.log_path()).map_or(0, |m| m.len());
+        if let Some(tls) = &self.opts.tls {
+            for (name, pem) in [
+                ("tls.crt", &tls.cert_pem),
+                ("tls.key", &tls.key_pem),
+                ("ca.crt", &tls.ca_pem),
+            ] {
+                let path = self.dir.join(name);
+                fs::write(&path, pem).unwrap_or_else(|e| panic!("writing {}: {e}", path.display()));
+            }
+        }
         let mut cmd = Command::new(&self.bin);
         cmd.args(self.args());
         let output = self.output_path();
@@ -408,25 +473,50 @@ enum Reply {
     Array(Option<Vec<Reply>>),
 }
 
-fn query(port: u16, password: Option<&str>, args: &[&str], timeout: Duration) -> io::Result<Reply> {
-    let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
-    let stream = TcpStream::connect_timeout(&addr, timeout)?;
-    stream.set_read_timeout(Some(timeout))?;
-    stream.set_write_timeout(Some(timeout))?;
-    stream.set_nodelay(true)?;
+/// One command (after AUTH when `password` is set) on a fresh connection.
+fn exchange<S>(
+    stream: S,
+    password: Option<&str>,
+    args: &[&str],
+    timeout: Duration,
+) -> io::Result<Reply>
+where
+    S: Read + Write + Timeouts,
+{
+    stream.timeouts(timeout)?;
+    let mut stream = stream;
     let mut request = Vec::new();
     if let Some(pass) = password {
         encode(&mut request, &["AUTH", pass]);
     }
     encode(&mut request, args);
-    (&stream).write_all(&request)?;
-    let mut reader = BufReader::new(&stream);
+    stream.write_all(&request)?;
+    let mut reader = BufReader::new(stream);
     if password.is_some() {
         // A failed AUTH shows up again as NOAUTH on the real command, which
         // is the more useful error for the test to see.
         read_reply(&mut reader)?;
     }
     read_reply(&mut reader)
+}
+
+/// Read and write deadlines, on a TCP or a Unix stream alike.
+trait Timeouts {
+    fn timeouts(&self, timeout: Duration) -> io::Result<()>;
+}
+
+impl Timeouts for TcpStream {
+    fn timeouts(&self, timeout: Duration) -> io::Result<()> {
+        self.set_read_timeout(Some(timeout))?;
+        self.set_write_timeout(Some(timeout))
+    }
+}
+
+impl Timeouts for UnixStream {
+    fn timeouts(&self, timeout: Duration) -> io::Result<()> {
+        self.set_read_timeout(Some(timeout))?;
+        self.set_write_timeout(Some(timeout))
+    }
 }
 
 fn encode(out: &mut Vec<u8>, args: &[&str]) {
