@@ -6,7 +6,10 @@
 use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+use tracing::field::{self, Empty};
+use tracing::Instrument;
 
 use crate::audit::Audit;
 use crate::error::Error;
@@ -79,7 +82,23 @@ impl Client {
     /// an "unreachable" finding instead of a hang. Read-only; run it at
     /// startup or from a health endpoint. See [`Audit`].
     pub async fn audit(&self) -> Audit {
-        crate::audit::run(&self.shared.nodes).await
+        let started = Instant::now();
+        let span = tracing::debug_span!(
+            "audit",
+            nodes = self.shared.nodes.len(),
+            errors = Empty,
+            warnings = Empty,
+            elapsed = Empty,
+        );
+        let audit = crate::audit::run(&self.shared.nodes)
+            .instrument(span.clone())
+            .await;
+        if !span.is_disabled() {
+            span.record("errors", audit.errors().count())
+                .record("warnings", audit.warnings().count())
+                .record("elapsed", field::debug(started.elapsed()));
+        }
+        audit
     }
 
     /// Starts a lock request on `resource` with lease `ttl`, to configure

@@ -29,6 +29,7 @@ use futures::future::BoxFuture;
 use futures::stream::{FuturesUnordered, StreamExt};
 
 use crate::failure::{NodeErrorKind, NodeFailure};
+use crate::metrics;
 use crate::node::{Node, Settled};
 use crate::quorum::{Decision, Tally};
 
@@ -164,6 +165,9 @@ impl<T: Send + Default + 'static> FanOut<T> {
         is_yes: &impl Fn(&Result<T, NodeErrorKind>) -> bool,
     ) {
         self.tally.record(is_yes(&result));
+        if let (Err(kind), Some(node)) = (&result, self.nodes.get(index)) {
+            metrics::node_error(node.addr(), kind);
+        }
         if let Some(slot) = self.answers.get_mut(index) {
             *slot = Some(result);
         }
@@ -224,7 +228,9 @@ impl<T: Send + Default + 'static> FanOut<T> {
         for (slot, node) in self.answers.iter_mut().zip(&self.nodes) {
             if slot.is_none() {
                 node.note_timeout(self.started);
-                *slot = Some(Err(NodeErrorKind::Timeout(budget)));
+                let timeout = NodeErrorKind::Timeout(budget);
+                metrics::node_error(node.addr(), &timeout);
+                *slot = Some(Err(timeout));
                 self.tally.record(false);
             }
         }
@@ -323,8 +329,16 @@ impl<T: Send + Default + 'static> FanOut<T> {
                 biased;
                 next = self.pending.next() => match next {
                     Some((index, result)) => {
-                        if let (Ok(_), Some(yes)) = (&result, &yes) {
-                            yes.fetch_or(node_set([index]), Ordering::Relaxed);
+                        match (&result, &yes) {
+                            (Ok(_), Some(yes)) => {
+                                yes.fetch_or(node_set([index]), Ordering::Relaxed);
+                            }
+                            (Err(kind), _) => {
+                                if let Some(node) = self.nodes.get(index) {
+                                    metrics::node_error(node.addr(), kind);
+                                }
+                            }
+                            _ => {}
                         }
                         // Mark answered, so `expire` only blames the silent.
                         if let Some(slot) = self.answers.get_mut(index) {

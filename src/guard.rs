@@ -7,6 +7,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use tracing::field::{self, Empty};
 use tracing::Instrument;
 
 use crate::autoextend::Schedule;
@@ -14,9 +15,11 @@ use crate::error::Error;
 use crate::fence::FencingToken;
 use crate::lease::Lease;
 use crate::lost::{LossReason, LostLock};
+use crate::metrics::{self, ExtendBy, ExtendOutcome};
 use crate::protocol::extend::extend;
 use crate::protocol::release::{release, release_in_background, Released};
 use crate::protocol::shared::{Grant, Shared, Target};
+use crate::quorum::quorum;
 use crate::watchdog::Watchdog;
 
 /// An acquired lock. Release it with [`release`](Self::release); dropping it
@@ -110,16 +113,60 @@ impl LockGuard {
     /// extended: [`Error::LockLost`], without a round trip; nor is one whose
     /// validity ran out while this extend was on its way (a loss is final).
     pub async fn extend(&self, ttl: Duration) -> Result<Duration, Error> {
+        let started = Instant::now();
+        let span = tracing::debug_span!(
+            "extend",
+            resource = %self.resource(),
+            ?ttl,
+            by = "caller",
+            granted = Empty,
+            quorum = Empty,
+            elapsed = Empty,
+            outcome = Empty,
+            reason = Empty,
+        );
+        let extended = self.extend_inner(ttl).instrument(span.clone()).await;
+        span.record("elapsed", field::debug(started.elapsed()));
+        let outcome = match &extended {
+            Ok((validity, granted)) => {
+                span.record("granted", granted)
+                    .record("quorum", quorum(self.shared.nodes.len()))
+                    .record("outcome", "extended");
+                span.in_scope(|| tracing::debug!(?validity, "extended"));
+                ExtendOutcome::Extended
+            }
+            Err(error) => {
+                if let Some(failure) = error.quorum_failure() {
+                    span.record("granted", failure.granted)
+                        .record("quorum", failure.quorum)
+                        .record("reason", field::display(failure.reason));
+                } else {
+                    span.record("reason", field::display(error));
+                }
+                let (outcome, label) = if error.is_lost() {
+                    (ExtendOutcome::Lost, "lost")
+                } else {
+                    (ExtendOutcome::Failed, "failed")
+                };
+                span.record("outcome", label);
+                span.in_scope(|| tracing::debug!(%error, "extend failed"));
+                outcome
+            }
+        };
+        metrics::extend(ExtendBy::Caller, outcome);
+        extended.map(|(validity, _)| validity)
+    }
+
+    /// [`extend`](Self::extend) inside its span: the new validity and the
+    /// nodes that extended.
+    async fn extend_inner(&self, ttl: Duration) -> Result<(Duration, usize), Error> {
         if self.lease.expire() {
             return Err(self.lost_error());
         }
-        let span = tracing::debug_span!("extend", resource = %self.resource(), ?ttl);
         let target = self.shared.target(self.resource(), ttl)?;
         let extended = extend(&self.shared, &target, &self.lease.held(), false)
-            .instrument(span.clone())
             .await
-            .map_err(|failure| Error::ExtendFailed(Box::new(failure)))
-            .inspect_err(|e| span.in_scope(|| tracing::debug!(error = %e, "extend failed")))?;
+            .map_err(|failure| Error::ExtendFailed(Box::new(failure)))?;
         // The new deadline replaces the old one even when it is earlier: a
         // shorter `ttl` shortened the keys on the nodes that answered, so the
         // old deadline is no longer backed by a majority. An extend that
@@ -130,9 +177,7 @@ impl LockGuard {
         {
             return Err(self.lost_error());
         }
-        let validity = self.validity();
-        span.in_scope(|| tracing::debug!(?validity, "extended"));
-        Ok(validity)
+        Ok((self.validity(), extended.granted))
     }
 
     fn lost_error(&self) -> Error {
@@ -154,10 +199,22 @@ impl LockGuard {
             watchdog.stop().await;
         }
         self.lease.lose(LossReason::Released, None);
-        let span = tracing::debug_span!("release", resource = %self.resource());
+        let started = Instant::now();
+        let span = tracing::debug_span!(
+            "release",
+            resource = %self.resource(),
+            confirmed = Empty,
+            nodes = Empty,
+            pending = Empty,
+            elapsed = Empty,
+        );
         let released = release(&self.shared, &self.lease.held())
             .instrument(span.clone())
             .await;
+        span.record("confirmed", released.confirmed)
+            .record("nodes", released.nodes)
+            .record("pending", released.pending)
+            .record("elapsed", field::debug(started.elapsed()));
         span.in_scope(|| {
             tracing::debug!(
                 confirmed = released.confirmed,

@@ -12,6 +12,7 @@ use tokio::sync::watch;
 use crate::failure::QuorumFailure;
 use crate::fence::FencingToken;
 use crate::lost::{LossReason, LostLock};
+use crate::metrics;
 use crate::protocol::shared::{Grant, Held, Target};
 
 /// Shared between a guard, the lease views it hands out and its watchdog.
@@ -211,28 +212,43 @@ impl Lease {
             return false;
         }
         let lost = self.lost_lock(ending, None, Duration::ZERO);
-        self.state.status.send_if_modified(|s| {
-            if s.lost.is_some() {
-                return false;
-            }
-            tracing::debug!(resource = %self.resource(), reason = %ending, "lease ran out");
-            s.lost = Some(lost);
-            true
-        });
+        self.record(lost);
         true
     }
 
     /// Records a loss, unless one is already recorded (the first is final).
     pub(crate) fn lose(&self, reason: LossReason, failure: Option<Box<QuorumFailure>>) {
-        let lost = self.lost_lock(reason, failure, self.validity());
-        self.state.status.send_if_modified(|s| {
+        self.record(self.lost_lock(reason, failure, self.validity()));
+    }
+
+    /// Records `lost` unless a loss is recorded already, and reports a
+    /// first loss the owner did not choose: a `warn` event with the reason
+    /// (outside the status lock) and the lost-leases counter.
+    fn record(&self, lost: LostLock) {
+        let (reason, validity_left) = (lost.reason, lost.validity_left);
+        let mut slot = Some(lost);
+        let recorded = self.state.status.send_if_modified(|s| {
             if s.lost.is_some() {
                 return false;
             }
-            tracing::debug!(resource = %self.resource(), %reason, validity_left = ?lost.validity_left, "lease lost");
-            s.lost = Some(lost);
+            s.lost = slot.take();
             true
         });
+        if !recorded {
+            return;
+        }
+        if reason == LossReason::Released {
+            tracing::debug!(resource = %self.resource(), "lease released");
+            return;
+        }
+        tracing::warn!(
+            resource = %self.resource(),
+            %reason,
+            validity_left = ?validity_left,
+            token = self.token().map(FencingToken::get),
+            "lease lost"
+        );
+        metrics::lease_lost(reason);
     }
 
     /// What running out of validity will be reported as.

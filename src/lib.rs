@@ -118,13 +118,15 @@
 //!    model-checked), `resource`, `stats` ([`Stats`]).
 //! 8. Data shared by all: `error` ([`Error`], [`ConfigError`]), `lost`
 //!    ([`LostLock`]), `failure` ([`QuorumFailure`] and the per-node detail),
-//!    [`limits`].
+//!    [`limits`]; and `metrics`, which names every metric (feature
+//!    `metrics`; empty functions without it) and refers only to those.
 //!
 //! ## Cargo features
 //!
 //! | feature | default | what it adds |
 //! |---|---|---|
 //! | `postgres` | off | `postgres::PgFencedStore`: fenced writes checked by PostgreSQL (tokio-postgres) |
+//! | `metrics` | off | counters, gauges and histograms (`redfence_*`) through the `metrics` facade, for any exporter (README, "Observability") |
 //!
 //! The default build has no optional dependency. The fault suite, with its
 //! event history and checker, is the `chaos` workspace member, not part of
@@ -148,6 +150,7 @@ mod guard;
 mod lease;
 pub mod limits;
 mod lost;
+mod metrics;
 mod node;
 mod notify;
 mod protocol;

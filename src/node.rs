@@ -31,6 +31,7 @@ use redis::{
 };
 
 use crate::failure::NodeErrorKind;
+use crate::metrics::NodeGauges;
 use crate::restart;
 use crate::tls;
 use crate::wire::scripts::{lock_scripts, Script};
@@ -172,6 +173,8 @@ pub(crate) struct Node {
     reseed_wanted: AtomicBool,
     /// A re-seed is running.
     reseeding: AtomicBool,
+    /// Up, stalled, quarantined: reported on change (feature `metrics`).
+    gauges: NodeGauges,
 }
 
 /// What a request that counts toward a quorum needs from the restart guard.
@@ -241,6 +244,7 @@ impl Node {
             reseeded: Mutex::new(None),
             reseed_wanted: AtomicBool::new(false),
             reseeding: AtomicBool::new(false),
+            gauges: NodeGauges::default(),
         })
     }
 
@@ -394,6 +398,7 @@ impl Node {
         if let Some(vote) = vote {
             let now = Instant::now();
             if let Some(votes_in) = restart::votes_in(connected.started, now, vote.window) {
+                self.gauges.quarantined(&self.addr, true);
                 return Err(NodeErrorKind::Restarted {
                     uptime: now.saturating_duration_since(connected.started),
                     votes_in,
@@ -420,8 +425,10 @@ impl Node {
                 if !self.reseeding.load(Ordering::Acquire) {
                     self.reseed_wanted.store(true, Ordering::Release);
                 }
+                self.gauges.quarantined(&self.addr, true);
                 return Err(NodeErrorKind::Reseeding);
             }
+            self.gauges.quarantined(&self.addr, false);
         }
         Ok(connected)
     }
@@ -485,6 +492,7 @@ impl Node {
             if self.stalled_hint.load(Ordering::Relaxed) {
                 self.stalled_hint.store(false, Ordering::Relaxed);
                 self.lock_inner().stalled = None;
+                self.gauges.stalled(&self.addr, false);
                 tracing::debug!(node = %self.addr, "answered again");
             }
         }
@@ -507,6 +515,7 @@ impl Node {
         }
         if inner.stalled.is_none() {
             tracing::debug!(node = %self.addr, "stalled");
+            self.gauges.stalled(&self.addr, true);
             inner.stalled = Some(sent_at);
             self.stalled_hint.store(true, Ordering::Relaxed);
         }
@@ -583,6 +592,7 @@ impl Node {
         inner.state = State::Ready(self.connected(conn, generation, identity, previous));
         inner.stalled = None;
         self.stalled_hint.store(false, Ordering::Relaxed);
+        self.gauges.stalled(&self.addr, false);
     }
 
     /// The current connection, connecting first if there is none.
@@ -697,9 +707,12 @@ impl Node {
                 // A new connection starts with a clean slate.
                 inner.stalled = None;
                 self.stalled_hint.store(false, Ordering::Relaxed);
+                self.gauges.up(&self.addr, true);
+                self.gauges.stalled(&self.addr, false);
             }
             Err(error) => {
                 tracing::debug!(node = %self.addr, %error, "connect failed");
+                self.gauges.up(&self.addr, false);
                 let pause = inner.backoff;
                 inner.backoff = (pause * 2).min(self.timeouts.backoff_max);
                 inner.state = State::Down {
@@ -746,6 +759,7 @@ impl Node {
             let mut inner = self.lock_inner();
             if matches!(&inner.state, State::Ready(c) if c.generation == generation) {
                 inner.state = State::Idle;
+                self.gauges.up(&self.addr, false);
             }
             return NodeErrorKind::ConnectionLost(Arc::new(e));
         }

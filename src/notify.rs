@@ -36,6 +36,7 @@ use tokio::sync::{mpsc, Notify};
 use tokio::task::JoinHandle;
 
 use crate::failure::{NodeErrorKind, NodeFailure};
+use crate::metrics;
 use crate::node::Node;
 use crate::resource::{notice_channel, notice_key};
 
@@ -632,6 +633,7 @@ async fn subscriber(
                     let Some(key) = notice_key(message.get_channel_name(), db) else {
                         continue;
                     };
+                    metrics::release_notice(node.addr());
                     let payload = String::from_utf8_lossy(message.get_payload_bytes());
                     shared.heard(key, &payload);
                 }

@@ -102,10 +102,11 @@ use std::time::Duration;
 
 use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::{GenericClient, Row};
+use tracing::field::Empty;
 
 use crate::fence::FencingToken;
 use crate::limits::DEFAULT_STORE_TIMEOUT;
-use crate::store::{Fenced, StaleToken, StoreError};
+use crate::store::{traced, Fenced, StaleToken, StoreError};
 
 /// PostgreSQL's longest identifier (NAMEDATALEN − 1 bytes); longer ones
 /// are silently truncated by the server, so two long names could collide.
@@ -296,8 +297,27 @@ impl PgFencedStore {
     where
         C: GenericClient + Sync,
     {
+        let span = tracing::debug_span!(
+            "fenced_write",
+            key = id,
+            token = token.get(),
+            outcome = Empty,
+            elapsed = Empty,
+        );
+        traced(span, self.write_inner(client, id, value.as_ref(), token)).await
+    }
+
+    async fn write_inner<C>(
+        &self,
+        client: &C,
+        id: &str,
+        value: &[u8],
+        token: FencingToken,
+    ) -> Result<(), StoreError>
+    where
+        C: GenericClient + Sync,
+    {
         let fence = to_bigint(token)?;
-        let value = value.as_ref();
         let params: [(&(dyn ToSql + Sync), Type); 3] = [
             (&id, Type::TEXT),
             (&value, Type::BYTEA),
@@ -325,6 +345,18 @@ impl PgFencedStore {
     /// The value under `id` and the token that wrote it; `None` when `id`
     /// was never written.
     pub async fn read<C>(&self, client: &C, id: &str) -> Result<Option<Fenced<Vec<u8>>>, StoreError>
+    where
+        C: GenericClient + Sync,
+    {
+        let span = tracing::debug_span!("fenced_read", key = id, outcome = Empty, elapsed = Empty);
+        traced(span, self.read_inner(client, id)).await
+    }
+
+    async fn read_inner<C>(
+        &self,
+        client: &C,
+        id: &str,
+    ) -> Result<Option<Fenced<Vec<u8>>>, StoreError>
     where
         C: GenericClient + Sync,
     {
@@ -394,6 +426,29 @@ impl FencedTable {
     /// write). A token above `i64::MAX` fails with [`StoreError::Backend`]
     /// holding a [`FenceRangeError`], without asking the server.
     pub async fn update<C, K>(
+        &self,
+        client: &C,
+        key: &K,
+        set: &str,
+        params: &[&(dyn ToSql + Sync)],
+        token: FencingToken,
+    ) -> Result<u64, StoreError>
+    where
+        C: GenericClient + Sync,
+        K: ToSql + Sync + fmt::Display,
+    {
+        let span = tracing::debug_span!(
+            "fenced_update",
+            table = %self.table,
+            key = %key,
+            token = token.get(),
+            outcome = Empty,
+            elapsed = Empty,
+        );
+        traced(span, self.update_inner(client, key, set, params, token)).await
+    }
+
+    async fn update_inner<C, K>(
         &self,
         client: &C,
         key: &K,

@@ -8,16 +8,19 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::FutureExt;
-use tracing::Instrument;
+use tracing::field::{self, Empty};
+use tracing::{Instrument, Span};
 
 use crate::autoextend::{AutoExtend, Schedule};
 use crate::error::Error;
 use crate::failure::{FailureReason, QuorumFailure};
 use crate::guard::LockGuard;
 use crate::lease::Lease;
+use crate::metrics;
 use crate::notify::{free_in, Place};
 use crate::protocol::attempt::{attempt, probe};
 use crate::protocol::shared::{Grant, Shared, Target};
+use crate::quorum::quorum;
 use crate::retry::{jitter, Retry};
 use crate::validity::later;
 
@@ -118,19 +121,57 @@ impl LockRequest {
     /// a replica, two URLs for one server) on enough nodes to make a
     /// majority impossible ends the wait at once.
     pub async fn acquire(self) -> Result<LockGuard, Error> {
-        let (target, schedule) = self.checked()?;
-        let span = tracing::debug_span!("acquire", resource = %self.resource, ttl = ?self.ttl);
-        let grant = if self.wake_on_release {
-            self.wait_notified(&target).instrument(span).await
-        } else {
-            self.wait_polling(&target).instrument(span).await
-        };
-        let grant = grant.map_err(|failure| Error::NotAcquired(Box::new(failure)))?;
-        Ok(self.guard(&target, grant, schedule))
+        let started = Instant::now();
+        let span = tracing::debug_span!(
+            "acquire",
+            resource = %self.resource,
+            ttl = ?self.ttl,
+            wake_on_release = self.wake_on_release,
+            attempts = Empty,
+            granted = Empty,
+            quorum = Empty,
+            elapsed = Empty,
+            outcome = Empty,
+            reason = Empty,
+        );
+        let waited = async {
+            let (target, schedule) = self.checked()?;
+            let waited = if self.wake_on_release {
+                self.wait_notified(&target).await
+            } else {
+                self.wait_polling(&target).await
+            };
+            let (grant, attempts) =
+                waited.map_err(|failure| Error::NotAcquired(Box::new(failure)))?;
+            Ok((target, schedule, grant, attempts))
+        }
+        .instrument(span.clone())
+        .await;
+        match waited {
+            Ok((target, schedule, grant, attempts)) => {
+                self.acquired(&span, started, attempts, &grant);
+                Ok(self.guard(&target, grant, schedule))
+            }
+            Err(error) => {
+                not_acquired(&span, started, &error);
+                Err(error)
+            }
+        }
+    }
+
+    /// Records a grant on the acquisition's span and in the metrics.
+    fn acquired(&self, span: &Span, started: Instant, attempts: u32, grant: &Grant) {
+        let elapsed = started.elapsed();
+        span.record("attempts", attempts)
+            .record("granted", grant.granted)
+            .record("quorum", quorum(self.shared.nodes.len()))
+            .record("elapsed", field::debug(elapsed))
+            .record("outcome", "acquired");
+        metrics::acquired(elapsed, attempts);
     }
 
     /// Retries after the policy's jittered pauses.
-    async fn wait_polling(&self, target: &Target) -> Result<Grant, QuorumFailure> {
+    async fn wait_polling(&self, target: &Target) -> Result<(Grant, u32), QuorumFailure> {
         let started = Instant::now();
         let mut attempts = 0u32;
         loop {
@@ -138,7 +179,7 @@ impl LockRequest {
             match attempt(&self.shared, target, false).await {
                 Ok(grant) => {
                     tracing::debug!(attempts, elapsed = ?started.elapsed(), "acquired");
-                    return Ok(grant);
+                    return Ok((grant, attempts));
                 }
                 Err(mut failure) => {
                     log_failure(attempts, &failure);
@@ -160,7 +201,7 @@ impl LockRequest {
 
     /// Retries when a release is heard, the holder's TTL ran out, or the
     /// policy's pause passed; see the `notify` module.
-    async fn wait_notified(&self, target: &Target) -> Result<Grant, QuorumFailure> {
+    async fn wait_notified(&self, target: &Target) -> Result<(Grant, u32), QuorumFailure> {
         let started = Instant::now();
         let deadline = self.retry.deadline(started);
         let mut attempts = 0u32;
@@ -208,7 +249,7 @@ impl LockRequest {
                     if let Some(place) = place {
                         place.acquired(grant.held.expires_at);
                     }
-                    return Ok(grant);
+                    return Ok((grant, attempts));
                 }
                 Err(failure) => failure,
             };
@@ -379,11 +420,40 @@ impl LockRequest {
     /// on it, skip" case. Other failures (nodes down, validity used up) are
     /// errors, because skipping on them would skip work nobody is doing.
     pub async fn try_acquire(self) -> Result<Option<LockGuard>, Error> {
-        let (target, schedule) = self.checked()?;
-        match attempt(&self.shared, &target, false).await {
-            Ok(grant) => Ok(Some(self.guard(&target, grant, schedule))),
-            Err(failure) if failure.reason == FailureReason::Contended => Ok(None),
-            Err(failure) => Err(Error::NotAcquired(Box::new(failure))),
+        let started = Instant::now();
+        let span = tracing::debug_span!(
+            "try_acquire",
+            resource = %self.resource,
+            ttl = ?self.ttl,
+            attempts = 1,
+            granted = Empty,
+            quorum = Empty,
+            elapsed = Empty,
+            outcome = Empty,
+            reason = Empty,
+        );
+        let tried = async {
+            let (target, schedule) = self.checked()?;
+            let grant = attempt(&self.shared, &target, false)
+                .await
+                .map_err(|failure| Error::NotAcquired(Box::new(failure)))?;
+            Ok((target, schedule, grant))
+        }
+        .instrument(span.clone())
+        .await;
+        match tried {
+            Ok((target, schedule, grant)) => {
+                self.acquired(&span, started, 1, &grant);
+                Ok(Some(self.guard(&target, grant, schedule)))
+            }
+            Err(error) => {
+                not_acquired(&span, started, &error);
+                if error.is_contended() {
+                    Ok(None)
+                } else {
+                    Err(error)
+                }
+            }
         }
     }
 
@@ -444,6 +514,26 @@ enum Woken {
     Release { competitors: u64 },
     /// Its own timer (holder's expiry, fallback) or the deadline.
     Timer,
+}
+
+/// Records a failed acquisition on its span and in the metrics: the last
+/// attempt's votes for a quorum failure, the error's message otherwise.
+fn not_acquired(span: &Span, started: Instant, error: &Error) {
+    let elapsed = started.elapsed();
+    let attempts = error.quorum_failure().map_or(0, |failure| {
+        span.record("granted", failure.granted)
+            .record("quorum", failure.quorum)
+            .record("reason", field::display(failure.reason));
+        failure.attempts
+    });
+    if error.quorum_failure().is_none() {
+        span.record("reason", field::display(error));
+    }
+    span.record("attempts", attempts)
+        .record("elapsed", field::debug(elapsed))
+        .record("outcome", "failed");
+    span.in_scope(|| tracing::debug!(%error, "not acquired"));
+    metrics::acquire_failed(elapsed, attempts, error);
 }
 
 fn log_failure(attempts: u32, failure: &QuorumFailure) {

@@ -10,9 +10,12 @@
 //! token is strictly lower and is rejected.
 
 use std::fmt;
-use std::time::Duration;
+use std::future::Future;
+use std::time::{Duration, Instant};
 
 use redis::Value;
+use tracing::field::{self, Empty};
+use tracing::{Instrument, Span};
 
 use crate::fence::FencingToken;
 use crate::limits::DEFAULT_STORE_TIMEOUT;
@@ -144,8 +147,24 @@ where
         value: impl AsRef<[u8]>,
         token: FencingToken,
     ) -> Result<(), StoreError> {
+        let span = tracing::debug_span!(
+            "fenced_write",
+            key,
+            token = token.get(),
+            outcome = Empty,
+            elapsed = Empty,
+        );
+        traced(span, self.write_inner(key, value.as_ref(), token)).await
+    }
+
+    async fn write_inner(
+        &self,
+        key: &str,
+        value: &[u8],
+        token: FencingToken,
+    ) -> Result<(), StoreError> {
         let token_arg = token.get().to_string();
-        let args: [&[u8]; 2] = [value.as_ref(), token_arg.as_bytes()];
+        let args: [&[u8]; 2] = [value, token_arg.as_bytes()];
         let reply = self.call(&FENCED_WRITE, key, &args).await?;
         match reply {
             Value::Int(1) => Ok(()),
@@ -165,6 +184,11 @@ where
     /// The value under `key` and the token that wrote it; `None` when the
     /// key was never written.
     pub async fn read(&self, key: &str) -> Result<Option<Fenced<Vec<u8>>>, StoreError> {
+        let span = tracing::debug_span!("fenced_read", key, outcome = Empty, elapsed = Empty);
+        traced(span, self.read_inner(key)).await
+    }
+
+    async fn read_inner(&self, key: &str) -> Result<Option<Fenced<Vec<u8>>>, StoreError> {
         let reply = self.call(&FENCED_READ, key, &[]).await?;
         match reply {
             Value::Nil => Ok(None),
@@ -192,6 +216,26 @@ where
             Ok(reply) => reply.map_err(StoreError::backend),
         }
     }
+}
+
+/// Runs a fenced store operation in `span` (which declares `outcome` and
+/// `elapsed`) and records both at its end. The value written or read is
+/// never a field.
+pub(crate) async fn traced<T>(
+    span: Span,
+    op: impl Future<Output = Result<T, StoreError>>,
+) -> Result<T, StoreError> {
+    let started = Instant::now();
+    let result = op.instrument(span.clone()).await;
+    let outcome = match &result {
+        Ok(_) => "ok",
+        Err(StoreError::Stale(_)) => "stale",
+        Err(StoreError::Timeout(_)) => "timeout",
+        Err(StoreError::Backend(_)) => "backend",
+    };
+    span.record("outcome", outcome)
+        .record("elapsed", field::debug(started.elapsed()));
+    result
 }
 
 fn parse_token(v: &Value) -> Option<FencingToken> {

@@ -9,14 +9,17 @@ use std::sync::{Arc, Weak};
 use std::time::Instant;
 
 use tokio::task::JoinHandle;
+use tracing::field::{self, Empty};
 use tracing::Instrument;
 
 use crate::autoextend::{Next, Schedule};
 use crate::failure::{FailureReason, NodeErrorKind, NodeFailure};
 use crate::lease::Lease;
 use crate::lost::LossReason;
+use crate::metrics::{self, ExtendBy, ExtendOutcome};
 use crate::protocol::extend::extend;
 use crate::protocol::shared::Shared;
+use crate::quorum::quorum;
 
 /// The running task, owned by the guard. Dropping it aborts the task.
 #[derive(Debug)]
@@ -92,12 +95,34 @@ async fn run(shared: Weak<Shared>, lease: Lease, schedule: Schedule) {
             let taken_over = |f: &NodeFailure| {
                 matches!(f.kind, NodeErrorKind::HeldByOther { .. }) && held.was_ours(f.index)
             };
-            match extend(&shared, &target, &held, true).await {
+            let started = Instant::now();
+            let span = tracing::debug_span!(
+                "extend",
+                resource = %lease.resource(),
+                ttl = ?target.ttl.duration(),
+                by = "watchdog",
+                granted = Empty,
+                quorum = Empty,
+                elapsed = Empty,
+                outcome = Empty,
+                reason = Empty,
+            );
+            let result = extend(&shared, &target, &held, true)
+                .instrument(span.clone())
+                .await;
+            span.record("elapsed", field::debug(started.elapsed()));
+            match result {
                 Ok(extended) => {
+                    span.record("granted", extended.granted)
+                        .record("quorum", quorum(shared.nodes.len()));
                     let failures = extended.failures;
                     if !lease.extended(extended.valid_until, extended.expires_at) {
+                        span.record("outcome", "lost");
+                        metrics::extend(ExtendBy::Watchdog, ExtendOutcome::Lost);
                         return;
                     }
+                    span.record("outcome", "extended");
+                    metrics::extend(ExtendBy::Watchdog, ExtendOutcome::Extended);
                     made += 1;
                     // A majority extended, but a node that held our value
                     // holds another owner's: someone was granted the key
@@ -111,6 +136,11 @@ async fn run(shared: Weak<Shared>, lease: Lease, schedule: Schedule) {
                     break;
                 }
                 Err(failure) => {
+                    span.record("granted", failure.granted)
+                        .record("quorum", failure.quorum)
+                        .record("reason", field::display(failure.reason))
+                        .record("outcome", "failed");
+                    metrics::extend(ExtendBy::Watchdog, ExtendOutcome::Failed);
                     let failure = Box::new(failure);
                     if failure.failures.iter().any(taken_over) {
                         lease.lose(LossReason::TakenOver, Some(failure));

@@ -111,7 +111,7 @@ pub(crate) async fn attempt(
     held.sent = round.sent;
     cleanup.update(&held);
     reseed_if_wanted(shared);
-    let start = round.outcome?;
+    let (start, granted) = (round.outcome?, round.granted);
     let token = match &target.fence {
         None => None,
         Some(_) => Some(settle_token(shared, target, &held, start, &round.values).await?),
@@ -123,6 +123,7 @@ pub(crate) async fn attempt(
         valid_until: start + target.ttl.duration() - target.drift,
         held,
         token,
+        granted,
     })
 }
 

@@ -19,6 +19,8 @@ pub(crate) struct Extended {
     pub(crate) valid_until: Instant,
     pub(crate) expires_at: Instant,
     pub(crate) failures: Vec<NodeFailure>,
+    /// Nodes that extended, as far as heard (for the extend's span).
+    pub(crate) granted: usize,
 }
 
 /// Resets `held`'s TTL to `target`'s on a majority of all N nodes.
@@ -58,5 +60,6 @@ pub(crate) async fn extend(
         valid_until: start + target.ttl.duration() - target.drift,
         expires_at: start + target.ttl.duration(),
         failures: round.failures,
+        granted: round.granted,
     })
 }

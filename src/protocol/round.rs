@@ -23,6 +23,9 @@ pub(crate) struct Round<T> {
     pub(crate) values: Vec<(usize, T)>,
     /// On success, the nodes that did not say yes (as far as heard).
     pub(crate) failures: Vec<NodeFailure>,
+    /// Nodes that said yes by the decision (or, with `hear_all`, by the
+    /// last answer heard): the `granted` of the operation's span.
+    pub(crate) granted: usize,
 }
 
 /// Runs `op` on every node as one round, for the lock `held`. On success
@@ -78,6 +81,7 @@ where
                         sent,
                         values,
                         failures,
+                        granted: tally.yes(),
                     }
                 }
                 None => FailureReason::ValidityExhausted,
@@ -92,6 +96,7 @@ where
         sent,
         values,
         failures: Vec::new(),
+        granted: tally.yes(),
     }
 }
 

@@ -107,6 +107,8 @@ pub(crate) struct Grant {
     pub(crate) held: Held,
     pub(crate) valid_until: Instant,
     pub(crate) token: Option<FencingToken>,
+    /// Nodes that granted by the decision (for the acquire's span).
+    pub(crate) granted: usize,
 }
 
 impl Shared {

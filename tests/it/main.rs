@@ -16,6 +16,8 @@ mod hardening;
 mod helpers;
 mod hot;
 mod lifecycle;
+#[cfg(feature = "metrics")]
+mod metrics;
 mod modes;
 #[cfg(feature = "postgres")]
 mod postgres;
@@ -23,6 +25,7 @@ mod proxy;
 mod resp3;
 mod restart;
 mod sockets;
+mod spans;
 #[cfg(feature = "tls")]
 mod tls;
 mod waiting;

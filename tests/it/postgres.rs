@@ -699,3 +699,52 @@ async fn two_holders_at_once_postgres_keeps_the_newer() {
     g2.release().await;
     g1.release().await;
 }
+
+/// The PostgreSQL stores' operations have the spans of the Redis one
+/// (`fenced_write`, `fenced_read`) and `fenced_update`, with the outcome
+/// and never the value written.
+#[tokio::test]
+async fn writes_reads_and_updates_have_spans_without_the_value() {
+    let capture = crate::spans::Capture::default();
+    let subscriber = capture.install();
+    let (_server, client, store) = setup("pg_spans").await;
+    let payload = "pg-payload-91ce";
+    store.write(&client, "row-1", payload, t(5)).await.unwrap();
+    let stale = store.write(&client, "row-1", payload, t(4)).await;
+    assert!(stale.unwrap_err().is_stale());
+    assert!(read(&store, &client, "row-1").await.is_some());
+    client
+        .batch_execute(
+            "CREATE TABLE pg_spans_orders (id bigint PRIMARY KEY, note text, \
+             fence bigint NOT NULL DEFAULT 0); \
+             INSERT INTO pg_spans_orders (id) VALUES (1)",
+        )
+        .await
+        .unwrap();
+    let orders = FencedTable::new("pg_spans_orders", "id", "fence").unwrap();
+    let updated = orders
+        .update(&client, &1_i64, "note = $1", &[&payload], t(7))
+        .await
+        .unwrap();
+    assert_eq!(updated, 1);
+    drop(subscriber);
+
+    let c = capture.captured();
+    let writes = c.spans("fenced_write");
+    let outcomes: Vec<Option<&str>> = writes.iter().map(|s| s.get("outcome")).collect();
+    assert_eq!(outcomes, [Some("ok"), Some("stale")], "{}", c.text);
+    let read = c.spans("fenced_read").pop().expect("the fenced_read span");
+    assert_eq!(read.get("key"), Some("row-1"));
+    assert_eq!(read.get("outcome"), Some("ok"));
+    let update = c
+        .spans("fenced_update")
+        .pop()
+        .expect("the fenced_update span");
+    // The table as the SQL names it (a quoted identifier).
+    assert_eq!(update.get("table"), Some("\"pg_spans_orders\""));
+    assert_eq!(update.get("key"), Some("1"));
+    assert_eq!(update.get("token"), Some("7"));
+    assert_eq!(update.get("outcome"), Some("ok"));
+    assert!(update.get("elapsed").is_some());
+    assert!(!c.text.contains(payload), "a fenced value was traced");
+}
