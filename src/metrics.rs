@@ -4,11 +4,13 @@
 //! `#[cfg]`; without the feature each one is empty and inlined away, and
 //! the crate does not depend on `metrics` at all.
 //!
-//! With the feature but no recorder installed, each call is a load of the
-//! facade's recorder and a no-op: no allocation, nothing formatted. Label
-//! values are `&'static str` (variant names) except the node address, which
-//! is only copied on paths that are rare by nature (a node error, a change
-//! of a node's health), never per lock operation.
+//! With the feature, each call builds its metric's key (a static name and
+//! static label values, in a small label list the `metrics` macros
+//! allocate) and hands it to the installed recorder, or to the facade's
+//! no-op one; nothing is formatted. Label values are `&'static str`
+//! (variant names) except the node address, which is only copied on paths
+//! that are rare by nature (a node error, a change of a node's health),
+//! never per lock operation.
 //!
 //! The names, types and labels are the README's table ("Observability");
 //! `tests/it/metrics.rs` reads each one back after real operations.
