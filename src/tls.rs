@@ -211,7 +211,9 @@ mod tests {
         let redis = redis::RedisError::from(io);
         let found = handshake_error(&redis);
         assert!(
-            found.as_deref().is_some_and(|m| m.to_lowercase().contains("expired")),
+            found
+                .as_deref()
+                .is_some_and(|m| m.to_lowercase().contains("expired")),
             "{found:?}"
         );
         // Also behind the Arc a RedisError keeps its cause in, and as the

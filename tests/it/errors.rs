@@ -811,7 +811,11 @@ async fn nodes_from_connection_info() {
             .filter(|s| s.cli(&["INFO", "keyspace"]).contains("db1:keys="))
             .count()
     };
-    assert!(in_db1() >= 2, "the lock is in database 1 on {} nodes", in_db1());
+    assert!(
+        in_db1() >= 2,
+        "the lock is in database 1 on {} nodes",
+        in_db1()
+    );
     guard.release().await;
 
     // A wrong password in a ConnectionInfo: Auth, named by its address.
