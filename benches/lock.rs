@@ -661,10 +661,7 @@ impl Bench {
     fn start(warmup: Duration, measure: Duration) -> Bench {
         let single = RedisServer::start();
         let cluster = Cluster::start(5);
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .enable_all()
-            .build()
-            .expect("building the tokio runtime");
+        let rt = common::runtime();
         let urls = cluster.urls();
         let client = |urls: &[String], fencing: bool| {
             // The restart guard is off in every client of this bench: the

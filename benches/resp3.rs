@@ -102,11 +102,7 @@ fn run() -> i32 {
     let started = Instant::now();
     let nodes: Vec<RedisServer> = (0..5).map(|_| RedisServer::start()).collect();
     let single = RedisServer::start();
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("a tokio runtime");
+    let rt = common::runtime();
     let slice = Duration::from_secs_f64(measure / SLICES as f64);
     let mut lock_rows = Vec::new();
     let mut notice_rows = Vec::new();

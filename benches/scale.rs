@@ -244,10 +244,7 @@ impl Bench {
     fn start(warmup: Duration, measure: Duration, slices: u32) -> Bench {
         let cluster = Cluster::start(CLUSTER);
         let memory_node = RedisServer::start();
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .enable_all()
-            .build()
-            .expect("building the tokio runtime");
+        let rt = common::runtime();
         let urls = cluster.urls();
         let sha = redis::Script::new(RELEASE_LUA).get_hash().to_owned();
         for node in &cluster.nodes {

@@ -87,11 +87,7 @@ fn run() -> i32 {
     let urls = |servers: &[RedisServer], n: usize| -> Vec<String> {
         servers[..n].iter().map(RedisServer::url).collect()
     };
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("a tokio runtime");
+    let rt = common::runtime();
     let trust = Tls::new().root_ca_pem(certs::certs().ca_pem.clone());
     let client = |transport: Transport, n: usize| -> Client {
         let builder = match transport {

@@ -134,11 +134,7 @@ fn main() {
     };
     let nodes: Vec<RedisServer> = (0..NODES).map(|_| RedisServer::start()).collect();
     let urls: Vec<String> = nodes.iter().map(RedisServer::url).collect();
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("tokio runtime");
+    let rt = common::runtime();
     let started = Instant::now();
     let rtt = rt.block_on(round_trip(&urls, secs.min(1.0)));
     let mut rows = Vec::new();

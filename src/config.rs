@@ -12,7 +12,7 @@ use crate::error::ConfigError;
 use crate::node::{Node, NodeTimeouts, Registry};
 use crate::restart::RestartGuard;
 use crate::retry::Retry;
-use crate::tls::Tls;
+use crate::tls::{self, Tls};
 use crate::validity::DriftFactor;
 
 /// The validated settings a client runs with.
@@ -165,6 +165,10 @@ fn parse_node(
     let (addr, secure) = match info.addr() {
         ConnectionAddr::Tcp(host, port) => (format!("{}:{port}", host.to_ascii_lowercase()), false),
         ConnectionAddr::TcpTls { host, port, .. } if cfg!(feature = "tls") => {
+            // Before anything can connect: the lock connection, the
+            // subscriptions and the audit's own connections all go
+            // through rustls, which needs a provider.
+            tls::ensure_provider();
             (format!("{}:{port}", host.to_ascii_lowercase()), true)
         }
         ConnectionAddr::TcpTls { .. } => return Err(unsupported(NEEDS_TLS_FEATURE)),

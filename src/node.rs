@@ -816,7 +816,6 @@ async fn handshake(
     };
     let conn = match client.get_connection_info().addr() {
         ConnectionAddr::TcpTls { host, port, .. } => {
-            tls::ensure_provider();
             // A plain-text server takes the TLS hello for the start of an
             // inline command and waits for the rest, so the handshake would
             // only time out. Past half the budget, one plain `PING` on a

@@ -110,9 +110,12 @@ impl fmt::Debug for Tls {
     }
 }
 
-/// rustls needs a process-wide crypto provider and panics without one. The
-/// `tls` feature compiles in `ring`; it is installed unless the application
-/// installed one first (then that one is used).
+/// rustls needs a process-wide crypto provider and panics without one (it
+/// picks one by itself only when exactly one of its provider features is
+/// compiled in, which another crate in the application can change). The
+/// `tls` feature compiles in `ring`; it is installed when a client with a
+/// `rediss://` node is built, unless the application installed one first
+/// (then that one is used).
 #[cfg(feature = "tls")]
 pub(crate) fn ensure_provider() {
     if rustls::crypto::CryptoProvider::get_default().is_none() {

@@ -99,6 +99,14 @@ pub fn redis_server_missing() -> Option<String> {
     })
 }
 
+/// The benches' runtime: multi-threaded, one worker per core (two here).
+pub fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("building the tokio runtime")
+}
+
 pub fn loadavg() -> String {
     std::fs::read_to_string("/proc/loadavg")
         .ok()

@@ -5,9 +5,9 @@
 //! knows the client really switched (and, as the negative control, that a
 //! plain URL stays on RESP2).
 
-use redfence::{Client, RestartGuard};
+use redfence::Client;
 
-use crate::helpers::{eventually, hand_over_by_notice, ms, secs, LOCK_KEYS};
+use crate::helpers::{client_with_timeout, eventually, hand_over_by_notice, ms, secs, LOCK_KEYS};
 use crate::support::{Cluster, RedisServer, ServerOptions};
 
 /// `resp=N` of each client connection on `node` other than the asking one,
@@ -33,11 +33,7 @@ fn resp3_url(node: &RedisServer) -> String {
 }
 
 fn client(urls: Vec<String>) -> Client {
-    Client::builder(urls)
-        .node_timeout(ms(500))
-        .restart_guard(RestartGuard::off())
-        .build()
-        .unwrap()
+    client_with_timeout(urls, ms(500))
 }
 
 #[tokio::test]

@@ -149,6 +149,24 @@ async fn a_server_signed_by_another_ca_is_a_tls_error() {
     );
 }
 
+/// The audit's own connections use the same TLS settings, and an untrusted
+/// server is reported, within the connect timeout, as what it is.
+#[tokio::test]
+async fn the_audit_reports_an_untrusted_server() {
+    let server = tls_server(certs().server());
+    let client = Client::builder([server.url()])
+        .tls(Tls::new().root_ca_pem(certs().other_ca_pem.clone()))
+        .connect_timeout(CONNECT_TIMEOUT)
+        .build()
+        .unwrap();
+    let audit = tokio::time::timeout(CONNECT_TIMEOUT + secs(1), client.audit())
+        .await
+        .expect("within the connect timeout");
+    assert!(!audit.is_ok() && !audit.nodes[0].reachable, "{audit:#}");
+    let shown = audit.to_string();
+    assert!(shown.contains("certificate"), "{shown}");
+}
+
 #[tokio::test]
 async fn an_expired_server_certificate_is_a_tls_error() {
     let server = tls_server(certs().server_with(&certs().expired_server, false));
