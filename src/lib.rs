@@ -105,7 +105,8 @@
 //!    ([`Lease`], the lost-lock signal), `watchdog` (the auto-extension
 //!    task).
 //! 3. The protocol operations over the shared state, one file each:
-//!    `protocol::{shared, round, attempt, settle, extend, release, reseed}`;
+//!    `protocol::{shared, round, attempt, settle, extend, release, reseed,
+//!    inspect}` (the last: [`Client::inspect`] and the forced release);
 //!    beside them the deployment audit (`audit`: observe, judge, report)
 //!    and the fenced stores (`store`, and `postgres` with that feature).
 //! 4. Waiting by notification (`notify`) and the fan-out (`fanout`: all N
@@ -115,7 +116,8 @@
 //! 7. Pure logic, tested without Redis: `config`, `autoextend`
 //!    ([`AutoExtend`]), `retry` ([`Retry`]), `restart` ([`RestartGuard`]),
 //!    `quorum`, `validity`, `fence` ([`FencingToken`], the token merge,
-//!    model-checked), `resource`, `stats` ([`Stats`]).
+//!    model-checked), `resource`, `stats` ([`Stats`]), `inspect`
+//!    ([`Inspection`]: a resource's lock on every node, summarised).
 //! 8. Data shared by all: `error` ([`Error`], [`ConfigError`]), `lost`
 //!    ([`LostLock`]), `failure` ([`QuorumFailure`] and the per-node detail),
 //!    [`limits`].
@@ -145,6 +147,7 @@ mod failure;
 mod fanout;
 mod fence;
 mod guard;
+mod inspect;
 mod lease;
 pub mod limits;
 mod lost;
@@ -176,8 +179,10 @@ pub use error::{ConfigError, Error};
 pub use failure::{FailureReason, NodeErrorKind, NodeFailure, Phase, QuorumFailure};
 pub use fence::FencingToken;
 pub use guard::LockGuard;
+pub use inspect::{Holder, Inspection, NodeInspection};
 pub use lease::Lease;
 pub use lost::{LossReason, LostLock};
+pub use protocol::inspect::{ForceOutcome, ForceReleased, NodeForceRelease};
 pub use protocol::release::Released;
 pub use request::LockRequest;
 pub use restart::RestartGuard;

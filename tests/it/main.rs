@@ -14,6 +14,7 @@ mod faults;
 mod fencing;
 mod hardening;
 mod helpers;
+mod inspect;
 mod lifecycle;
 mod modes;
 #[cfg(feature = "postgres")]
