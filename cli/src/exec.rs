@@ -16,7 +16,7 @@ use std::os::unix::process::ExitStatusExt as _;
 use std::process::ExitStatus;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use redfence::{AutoExtend, Error, FailureReason, LockGuard, LostLock, Retry};
+use redfence::{AutoExtend, Error, FailureReason, LockGuard, LostLock, QuorumFailure, Retry};
 use tokio::process::{Child, Command};
 use tokio::signal::unix::{signal, Signal, SignalKind};
 
@@ -27,10 +27,13 @@ use crate::cli::{
 use crate::duration::show;
 use crate::fail;
 
-/// Time given to the release of an acquire cut short by a signal: its
-/// commands are queued on the node connections at once, this lets them be
-/// written before the process exits (the TTL frees the lock otherwise).
-const CANCEL_GRACE: Duration = Duration::from_millis(200);
+/// At most this long (else one node timeout) is given before exiting to a
+/// release the library sends in the background: the cleanup of a failed or
+/// cancelled attempt, the nodes that had not confirmed a release when a
+/// majority had. Their commands are queued on the node connections; the
+/// process exiting would drop them, and their keys would block everyone
+/// until the TTL ran out.
+const MAX_GRACE: Duration = Duration::from_secs(1);
 
 pub(crate) async fn run(common: &Common, args: Exec) -> i32 {
     let client = match crate::client(common, &common.nodes) {
@@ -49,35 +52,39 @@ pub(crate) async fn run(common: &Common, args: Exec) -> i32 {
     let request = client
         .lock(args.resource.clone(), args.ttl)
         .auto_extend(AutoExtend::new());
-    let acquire = async {
-        if args.no_wait {
-            request.try_acquire().await
-        } else {
-            request
-                .retry(Retry::new().with_max_wait(args.wait))
-                .acquire()
-                .await
-                .map(Some)
-        }
+    // `--no-wait` is one attempt through `acquire`, not `try_acquire`: its
+    // error says whether the attempt may have left a key somewhere.
+    let retry = if args.no_wait {
+        Retry::once()
+    } else {
+        Retry::new().with_max_wait(args.wait)
     };
+    let grace = common.node_timeout.min(MAX_GRACE);
     let acquired = tokio::select! {
-        acquired = acquire => acquired,
+        acquired = request.retry(retry).acquire() => acquired,
         signal = signals.recv() => {
-            tokio::time::sleep(CANCEL_GRACE).await;
+            // The dropped acquire's cleanup is queued in the background.
+            tokio::time::sleep(grace).await;
             return 128 + signal;
         }
     };
     let guard = match acquired {
-        Ok(Some(guard)) => guard,
-        // Silent, like `flock -n`: on every host but one this is the
-        // expected outcome, and cron mails whatever is printed.
-        Ok(None) => return i32::from(args.conflict_exit_code),
-        Err(e) => return not_acquired(&args, &e),
+        Ok(guard) => guard,
+        Err(e) => {
+            if let Error::NotAcquired(failure) = &e {
+                if !refused_everywhere(failure) {
+                    // A node may hold the failed attempt's key: its release
+                    // is queued in the background, which exiting would drop.
+                    tokio::time::sleep(grace).await;
+                }
+            }
+            return not_acquired(&args, &e);
+        }
     };
     let child = match spawn(&args, &guard) {
         Ok(child) => child,
         Err(e) => {
-            guard.release().await;
+            release(guard, common.node_timeout).await;
             let code = if e.kind() == io::ErrorKind::NotFound {
                 EXIT_NOT_FOUND
             } else {
@@ -89,7 +96,29 @@ pub(crate) async fn run(common: &Common, args: Exec) -> i32 {
             );
         }
     };
-    supervise(child, guard, &mut signals, args.kill_after).await
+    supervise(
+        child,
+        guard,
+        &mut signals,
+        args.kill_after,
+        common.node_timeout,
+    )
+    .await
+}
+
+/// Releases, and gives the nodes that had not confirmed when a majority
+/// did a grace period (see [`MAX_GRACE`]).
+async fn release(guard: LockGuard, node_timeout: Duration) {
+    let released = guard.release().await;
+    if released.confirmed < released.nodes {
+        tokio::time::sleep(node_timeout.min(MAX_GRACE)).await;
+    }
+}
+
+/// Whether every node answered the last attempt with a refusal: then no key
+/// of it exists anywhere and nothing needs cleaning up.
+fn refused_everywhere(failure: &QuorumFailure) -> bool {
+    failure.granted == 0 && failure.failures.len() == failure.nodes
 }
 
 /// The exit status and message of an acquire that failed.
@@ -156,6 +185,7 @@ async fn supervise(
     guard: LockGuard,
     signals: &mut Signals,
     kill_after: Duration,
+    node_timeout: Duration,
 ) -> i32 {
     // The child is its group's leader: its pid is the group id.
     let group = child.id().and_then(|pid| i32::try_from(pid).ok());
@@ -174,7 +204,7 @@ async fn supervise(
     };
     match outcome {
         Outcome::Exited(status) => {
-            guard.release().await;
+            release(guard, node_timeout).await;
             match status {
                 Ok(status) => exit_code(status),
                 Err(e) => fail(EXIT_FAILURE, &format!("cannot wait for the command: {e}")),
@@ -198,7 +228,7 @@ async fn supervise(
                     child.wait().await
                 }
             };
-            guard.release().await;
+            release(guard, node_timeout).await;
             if let Ok(status) = status {
                 eprintln!(
                     "redfence: command terminated ({}), exiting with {EXIT_LOST}",
