@@ -129,8 +129,9 @@
 //! | `postgres` | off | `postgres::PgFencedStore`: fenced writes checked by PostgreSQL (tokio-postgres) |
 //!
 //! The default build has no optional dependency. The fault suite, with its
-//! event history and checker, is the `chaos` workspace member, not part of
-//! this library.
+//! event history and checker, is the `chaos` workspace member, and the
+//! `redfence` command (`exec` a program under a lock, `status`, `doctor`)
+//! is the `redfence-cli` member: neither is part of this library.
 
 #![forbid(unsafe_code)]
 #![deny(missing_docs, missing_debug_implementations)]
