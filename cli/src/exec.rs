@@ -135,7 +135,8 @@ fn not_acquired(args: &Exec, e: &Error) -> i32 {
                     failure.reason
                 ),
             ),
-            _ => fail(EXIT_UNAVAILABLE, &one_line(&e.to_string())),
+            // The failure, not the error: its message has the per-node detail.
+            _ => fail(EXIT_UNAVAILABLE, &one_line(&failure.to_string())),
         },
         Error::InvalidTtl { .. } | Error::InvalidResource(_) | Error::InvalidAutoExtend { .. } => {
             fail(EXIT_USAGE, &e.to_string())

@@ -334,6 +334,25 @@ fn the_commands_exit_status_and_environment_pass_through() {
 }
 
 #[test]
+fn nodes_down_exit_69_without_running_the_command() {
+    let mut cluster = Cluster::start(3);
+    let dir = dir("cli-down");
+    let marker = dir.join("ran");
+    cluster.node(1).kill();
+    cluster.node(2).kill();
+    let touch = ["touch".to_owned(), marker.display().to_string()];
+    for flags in [&["--no-wait"][..], &["--wait", "1s"][..]] {
+        let out = output(redfence(&cluster.urls()).args(exec_args(flags, "down", &touch)));
+        assert_eq!(out.status.code(), Some(69), "{flags:?}: {out:?}");
+        let err = stderr(&out);
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(err.contains("too many nodes unavailable"), "{err}");
+    }
+    assert!(!marker.exists(), "the command ran");
+    assert_eq!(cluster.nodes[0].count_keys(LOCK_KEYS), 0);
+}
+
+#[test]
 fn a_command_that_cannot_start_is_a_clear_error_and_leaves_no_key() {
     let cluster = Cluster::start(3);
     let dir = dir("cli-nostart");
