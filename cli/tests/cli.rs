@@ -302,6 +302,36 @@ fn sigterm_to_exec_reaches_the_child_and_releases_the_lock() {
 }
 
 #[test]
+fn sigterm_while_waiting_exits_143_without_running_and_leaves_no_key() {
+    let cluster = Cluster::start(3);
+    let dir = dir("cli-wait-signal");
+    let holder = hold(
+        &cluster,
+        &[],
+        "queued",
+        "sleep 60 & wait",
+        &dir.join("holder"),
+    );
+    let marker = dir.join("ran");
+    let touch = ["touch".to_owned(), marker.display().to_string()];
+    let waiter =
+        spawn(redfence(&cluster.urls()).args(exec_args(&["--wait", "60s"], "queued", &touch)));
+    // Give it time to make its first attempt and start waiting.
+    thread::sleep(Duration::from_secs(1));
+    send_signal(waiter.id(), "TERM").unwrap();
+    let out = finish(waiter, Duration::from_secs(20));
+    assert_eq!(out.status.code(), Some(143), "{out:?}");
+    assert!(!marker.exists(), "the command ran");
+    send_signal(holder.id(), "TERM").unwrap();
+    finish(holder, Duration::from_secs(20));
+    assert!(
+        no_lock_keys(&cluster),
+        "{:?}",
+        cluster.count_keys(LOCK_KEYS)
+    );
+}
+
+#[test]
 fn the_commands_exit_status_and_environment_pass_through() {
     let cluster = Cluster::start(3);
     for (script, code) in [
