@@ -279,7 +279,13 @@ fn sigterm_to_exec_reaches_the_child_and_releases_the_lock() {
         log.display()
     );
     let child = hold(&cluster, &[], "signalled", &script, &log);
-    assert_eq!(cluster.count_keys(&lock_key("signalled")), vec![1, 1, 1]);
+    assert!(
+        cluster
+            .count_keys(&lock_key("signalled"))
+            .iter()
+            .sum::<usize>()
+            >= 2
+    );
     send_signal(child.id(), "TERM").unwrap();
     let out = finish(child, Duration::from_secs(20));
     assert!(contains(&log, "got TERM"), "the child never got SIGTERM");
@@ -475,13 +481,20 @@ fn status_shows_the_holders_tag_and_never_the_secret() {
     let cluster = Cluster::start(3);
     let dir = dir("cli-status");
     let holder = hold(&cluster, &[], "shown", "sleep 60 & wait", &dir.join("log"));
-    let value = cluster.nodes[0].cli(&["GET", &lock_key("shown")]);
+    // A fresh client's first lock may live on a bare majority.
+    let held = cluster.count_keys(&lock_key("shown")).iter().sum::<usize>();
+    let value = cluster
+        .nodes
+        .iter()
+        .map(|n| n.cli(&["GET", &lock_key("shown")]))
+        .find(|v| v.contains(':'))
+        .expect("a node holds the key");
     let (tag, secret) = value.split_once(':').unwrap();
     let out = output(redfence(&cluster.urls()).args(["status", "shown", "free"]));
     assert_eq!(out.status.code(), Some(0), "{out:?}");
     let text = stdout(&out);
     assert!(
-        text.contains(&format!("shown: held by {tag} on 3/3 nodes")),
+        text.contains(&format!("shown: held by {tag} on {held}/3 nodes")),
         "{text}"
     );
     assert!(text.contains("free: free"), "{text}");
@@ -494,7 +507,7 @@ fn status_shows_the_holders_tag_and_never_the_secret() {
     let json: serde_json::Value = serde_json::from_str(&raw).unwrap();
     assert_eq!(json[0]["held"], true);
     assert_eq!(json[0]["holder"]["tag"], tag);
-    assert_eq!(json[0]["held_on"], 3);
+    assert_eq!(json[0]["held_on"], held);
     assert!(json[0]["valid_for_at_least_ms"]
         .as_u64()
         .is_some_and(|ms| ms > 0));
@@ -518,12 +531,16 @@ fn release_force_deletes_the_lock_only_when_confirmed() {
         assert_eq!(out.status.code(), Some(2), "{args:?}: {out:?}");
         assert_eq!(stderr(&out).lines().count(), 1, "{}", stderr(&out));
     }
-    assert_eq!(cluster.count_keys(&lock_key("stuck")), vec![1, 1, 1]);
+    // A fresh client's first lock may live on a bare majority: requests
+    // still connecting when the quorum answered are not sent.
+    let held = cluster.count_keys(&lock_key("stuck")).iter().sum::<usize>();
+    assert!(held >= 2, "{:?}", cluster.count_keys(LOCK_KEYS));
     let out =
         output(redfence(&cluster.urls()).args(["release", "--force", "--yes", "--json", "stuck"]));
     assert_eq!(out.status.code(), Some(0), "{out:?}");
     let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(json["deleted"], 3, "{json}");
+    assert_eq!(json["deleted"], held, "{json}");
+    assert_eq!(json["complete"], true, "{json}");
     assert_eq!(cluster.count_keys(&lock_key("stuck")), vec![0, 0, 0]);
     // The holder's watchdog then finds its lock gone: 124.
     let out = finish(holder, Duration::from_secs(60));
