@@ -49,6 +49,12 @@ pub(crate) async fn run(common: &Common, args: Exec) -> i32 {
             )
         }
     };
+    // Connections open lazily, and an attempt's requests still connecting
+    // when a majority has answered are not sent: a fresh process's lock
+    // would often live on a bare majority, and one node lost mid-run would
+    // then lose the lease. One read of every node first (bounded by the
+    // node timeout; its answer is not needed) opens them all.
+    let _ = client.inspect(&args.resource).await;
     let request = client
         .lock(args.resource.clone(), args.ttl)
         .auto_extend(AutoExtend::new());

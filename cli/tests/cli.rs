@@ -246,6 +246,20 @@ fn a_lease_lost_mid_command_terminates_it_with_status_124_and_says_why() {
 }
 
 #[test]
+fn one_node_killed_mid_command_does_not_cost_the_lease() {
+    let mut cluster = Cluster::start(3);
+    let dir = dir("cli-one-down");
+    let log = dir.join("log");
+    // Three TTLs long: the watchdog must extend on the two left.
+    let child = hold(&cluster, &["--ttl", "2s"], "survives", "sleep 6", &log);
+    assert_eq!(cluster.count_keys(&lock_key("survives")), vec![1, 1, 1]);
+    cluster.node(2).kill();
+    let out = finish(child, Duration::from_secs(30));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(stderr(&out).is_empty(), "{}", stderr(&out));
+}
+
+#[test]
 fn a_command_that_ignores_sigterm_after_a_loss_gets_sigkill_after_kill_after() {
     let mut cluster = Cluster::start(3);
     let dir = dir("cli-kill-after");
