@@ -21,6 +21,10 @@
 //! records still not marked until none are left, which is what a re-run of
 //! an idempotent job does anyway.
 //!
+//! Operators who run the import from cron get the same exclusion without
+//! this code: `redfence exec --no-wait nightly-import -- import-memberships`
+//! on every host (README, "For operators").
+//!
 //! The same import without the lock is the negative control: it inserts
 //! duplicates. The example fails (exit code 1) if the locked run inserts
 //! any duplicate or misses any record.

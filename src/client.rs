@@ -14,7 +14,9 @@ use tracing::Instrument;
 use crate::audit::Audit;
 use crate::error::Error;
 use crate::guard::LockGuard;
+use crate::inspect::Inspection;
 use crate::lease::Lease;
+use crate::protocol::inspect::ForceReleased;
 use crate::protocol::shared::Shared;
 use crate::quorum::quorum;
 use crate::request::LockRequest;
@@ -63,6 +65,45 @@ impl Client {
     /// validated or sent.
     pub fn fence_key(&self, resource: &str) -> String {
         fence_key(&self.shared.config.key_prefix, resource).to_string()
+    }
+
+    /// This client's tag: 8 hex digits that begin every lock value it
+    /// writes (`{tag}:{secret}`), so that a key seen in Redis, or a holder
+    /// reported by [`inspect`](Self::inspect), can be traced to a process.
+    /// Random per client (clones share it); not a secret.
+    pub fn id(&self) -> &str {
+        &self.shared.id_text
+    }
+
+    /// Reads `resource`'s lock on every node at once (one read-only round
+    /// trip each, `GET` and `PTTL` of the lock key and `GET` of its fence,
+    /// bounded by the node timeout): whether the key is there, held by this
+    /// client or another (its tag, never the secret part of the value),
+    /// its TTL, the fence; and whether one value is on a majority, whose,
+    /// and for how long at least. A snapshot for operators and health
+    /// checks: it takes no lock and proves nothing a moment later. Fails
+    /// only on an invalid resource name; nodes that fail are reported in
+    /// the result.
+    pub async fn inspect(&self, resource: &str) -> Result<Inspection, Error> {
+        crate::protocol::inspect::inspect(&self.shared, resource).await
+    }
+
+    /// **Dangerous.** Deletes `resource`'s lock key on every node whatever
+    /// its value, and reports each node's outcome. For an operator who knows
+    /// the holder is gone (a crashed host with a long TTL), not for
+    /// programs.
+    ///
+    /// It breaks the current holder's exclusion: the next acquire succeeds
+    /// at once, while the holder may still be working. Its watchdog notices
+    /// at its next extend (the lease is then lost,
+    /// [`LossReason::NotHeld`](crate::LossReason::NotHeld)), not sooner.
+    /// What still protects the data is fencing: once the next holder has
+    /// written with its larger token, storage that checks tokens
+    /// ([`FencedStore`](crate::FencedStore)) refuses the old holder's
+    /// writes. Waiters of other clients are not woken (no release notice is
+    /// published); they retry on their own schedule.
+    pub async fn force_release(&self, resource: &str) -> Result<ForceReleased, Error> {
+        crate::protocol::inspect::force_release(&self.shared, resource).await
     }
 
     /// This client's counters (shared by its clones): attempts, grants, and

@@ -105,7 +105,8 @@
 //!    ([`Lease`], the lost-lock signal), `watchdog` (the auto-extension
 //!    task).
 //! 3. The protocol operations over the shared state, one file each:
-//!    `protocol::{shared, round, attempt, settle, extend, release, reseed}`;
+//!    `protocol::{shared, round, attempt, settle, extend, release, reseed,
+//!    inspect}` (the last: [`Client::inspect`] and the forced release);
 //!    beside them the deployment audit (`audit`: observe, judge, report)
 //!    and the fenced stores (`store`, and `postgres` with that feature).
 //! 4. Waiting by notification (`notify`) and the fan-out (`fanout`: all N
@@ -115,7 +116,8 @@
 //! 7. Pure logic, tested without Redis: `config`, `autoextend`
 //!    ([`AutoExtend`]), `retry` ([`Retry`]), `restart` ([`RestartGuard`]),
 //!    `quorum`, `validity`, `fence` ([`FencingToken`], the token merge,
-//!    model-checked), `resource`, `stats` ([`Stats`]).
+//!    model-checked), `resource`, `stats` ([`Stats`]), `inspect`
+//!    ([`Inspection`]: a resource's lock on every node, summarised).
 //! 8. Data shared by all: `error` ([`Error`], [`ConfigError`]), `lost`
 //!    ([`LostLock`]), `failure` ([`QuorumFailure`] and the per-node detail),
 //!    [`limits`]; and `metrics`, which names every metric (feature
@@ -129,8 +131,9 @@
 //! | `metrics` | off | counters, gauges and histograms (`redfence_*`) through the `metrics` facade, for any exporter (README, "Observability") |
 //!
 //! The default build has no optional dependency. The fault suite, with its
-//! event history and checker, is the `chaos` workspace member, not part of
-//! this library.
+//! event history and checker, is the `chaos` workspace member, and the
+//! `redfence` command (`exec` a program under a lock, `status`, `doctor`)
+//! is the `redfence-cli` member: neither is part of this library.
 
 #![forbid(unsafe_code)]
 #![deny(missing_docs, missing_debug_implementations)]
@@ -147,6 +150,7 @@ mod failure;
 mod fanout;
 mod fence;
 mod guard;
+mod inspect;
 mod lease;
 pub mod limits;
 mod lost;
@@ -179,8 +183,10 @@ pub use error::{ConfigError, Error};
 pub use failure::{FailureReason, NodeErrorKind, NodeFailure, Phase, QuorumFailure};
 pub use fence::FencingToken;
 pub use guard::LockGuard;
+pub use inspect::{Holder, Inspection, NodeInspection};
 pub use lease::Lease;
 pub use lost::{LossReason, LostLock};
+pub use protocol::inspect::{ForceOutcome, ForceReleased, NodeForceRelease};
 pub use protocol::release::Released;
 pub use request::LockRequest;
 pub use restart::RestartGuard;

@@ -1,6 +1,7 @@
 //! The protocol operations, one file each, as functions over the client's
 //! [`Shared`](shared::Shared) state: an acquire attempt, the token's settle
-//! and write-back, extend, release, and the restart guard's re-seed. Each
+//! and write-back, extend, release, the restart guard's re-seed, and the
+//! inspection and forced release of a resource. Each
 //! is one or two quorum rounds over the fan-out; the layers above
 //! (requests, guards, the watchdog) decide when to run them.
 //!
@@ -9,6 +10,7 @@
 
 pub(crate) mod attempt;
 pub(crate) mod extend;
+pub(crate) mod inspect;
 pub(crate) mod release;
 pub(crate) mod reseed;
 pub(crate) mod round;

@@ -9,6 +9,7 @@ use std::time::Duration;
 use redis::{Cmd, Pipeline, Value};
 
 use crate::failure::NodeErrorKind;
+use crate::inspect::Observation;
 
 /// `SET key value NX PX ttl`: the plain acquire. Without fencing it is not
 /// a script: a Lua script costs the server ~5× the CPU of the command it
@@ -48,6 +49,53 @@ pub(crate) fn mget(keys: &[String]) -> Cmd {
         cmd.arg(key);
     }
     cmd
+}
+
+/// The inspection's read: `GET key`, `PTTL key`, and `GET fence` when
+/// fencing is on; pipelined, read-only.
+pub(crate) fn inspect(key: &str, fence: Option<&str>) -> Pipeline {
+    let mut pipe = redis::pipe();
+    pipe.cmd("GET").arg(key).cmd("PTTL").arg(key);
+    if let Some(fence) = fence {
+        pipe.cmd("GET").arg(fence);
+    }
+    pipe
+}
+
+/// `DEL key`: the forced release, whatever the value.
+pub(crate) fn del(key: &str) -> Cmd {
+    let mut cmd = redis::cmd("DEL");
+    cmd.arg(key);
+    cmd
+}
+
+/// `DEL`'s count: whether the key was there.
+pub(crate) fn parse_deleted(reply: Value) -> Result<bool, NodeErrorKind> {
+    match reply {
+        Value::Int(n) => Ok(n > 0),
+        other => Err(unexpected(other)),
+    }
+}
+
+/// The inspection's replies: `[value or nil, PTTL]` and the fence.
+pub(crate) fn parse_inspect(reply: Value) -> Result<Observation, NodeErrorKind> {
+    let Value::Array(items) = reply else {
+        return Err(unexpected(reply));
+    };
+    let text = |v: &Value| match v {
+        Value::BulkString(b) => Some(String::from_utf8_lossy(b).into_owned()),
+        Value::SimpleString(s) => Some(s.clone()),
+        _ => None,
+    };
+    match items.as_slice() {
+        [value, Value::Int(pttl), rest @ ..] if rest.len() <= 1 => Ok(Observation {
+            value: text(value),
+            pttl: *pttl,
+            fence: rest.first().and_then(text).and_then(|f| f.parse().ok()),
+        }),
+        // Not formatted into the error: the value is the holder's secret.
+        _ => Err(unexpected(Value::Nil)),
+    }
 }
 
 /// `OK` granted; nil held by another owner.
@@ -220,6 +268,30 @@ mod tests {
                 "{bad:?}"
             );
         }
+    }
+
+    #[test]
+    fn inspect_replies() {
+        let o = parse_inspect(Value::Array(vec![
+            Value::BulkString(b"0123abcd:ff".to_vec()),
+            Value::Int(1500),
+            Value::BulkString(b"42".to_vec()),
+        ]))
+        .unwrap();
+        assert_eq!(
+            (o.value.as_deref(), o.pttl, o.fence),
+            (Some("0123abcd:ff"), 1500, Some(42))
+        );
+        let o = parse_inspect(Value::Array(vec![Value::Nil, Value::Int(-2)])).unwrap();
+        assert_eq!((o.value, o.pttl, o.fence), (None, -2, None));
+        let bad = Value::Array(vec![Value::BulkString(b"0123abcd:secret".to_vec())]);
+        let Err(err) = parse_inspect(bad) else {
+            panic!("accepted")
+        };
+        assert!(!format!("{err:?}").contains("secret"));
+        assert!(parse_deleted(Value::Int(1)).unwrap());
+        assert!(!parse_deleted(Value::Int(0)).unwrap());
+        assert!(parse_deleted(Value::Okay).is_err());
     }
 
     #[test]

@@ -15,6 +15,7 @@ mod fencing;
 mod hardening;
 mod helpers;
 mod hot;
+mod inspect;
 mod lifecycle;
 #[cfg(feature = "metrics")]
 mod metrics;

@@ -1,0 +1,239 @@
+//! The command line: subcommands, flags, their help with examples, and the
+//! exit statuses (one table, shown by `redfence exec --help` and the
+//! README).
+
+use std::ffi::OsString;
+use std::time::Duration;
+
+use clap::{Args as ClapArgs, Parser, Subcommand};
+
+use crate::duration;
+
+/// A usage error: clap's convention (bad flag, unknown subcommand), also
+/// no nodes, a bad URL, a zero or too long TTL.
+pub(crate) const EXIT_USAGE: i32 = 2;
+/// `exec --no-wait` found the lock held (like `flock -n`); changed with
+/// `--conflict-exit-code`.
+pub(crate) const EXIT_CONFLICT: u8 = 1;
+/// A majority of nodes could not be reached (EX_UNAVAILABLE).
+pub(crate) const EXIT_UNAVAILABLE: i32 = 69;
+/// `exec --wait` ran out of time while others held the lock (EX_TEMPFAIL).
+pub(crate) const EXIT_TIMEOUT: i32 = 75;
+/// The lease was lost while the command ran; the command was terminated.
+pub(crate) const EXIT_LOST: i32 = 124;
+/// Any other failure of redfence itself.
+pub(crate) const EXIT_FAILURE: i32 = 125;
+/// The command was found but could not be run (permission).
+pub(crate) const EXIT_NOT_EXECUTABLE: i32 = 126;
+/// The command was not found.
+pub(crate) const EXIT_NOT_FOUND: i32 = 127;
+
+const EXIT_STATUSES: &str = "\
+Exit status:
+  N        the command's own exit status (0–255)
+  128+N    the command was killed by signal N (143: SIGTERM, 137: SIGKILL)
+  1        --no-wait and the lock is held: the command did not run
+           (change it with --conflict-exit-code)
+  2        usage error: bad flag or value, no nodes, bad URL, zero or too long TTL
+  69       a majority of the nodes could not be reached: the command did not run
+  75       --wait ran out while the lock stayed held: the command did not run
+  124      the lock was lost while the command ran: the command's process group got
+           SIGTERM, then SIGKILL after --kill-after; the reason is printed
+  125      another failure of redfence itself
+  126      the command could not be executed (permission)
+  127      the command was not found";
+
+const EXAMPLES: &str = "\
+Examples:
+  export REDFENCE_NODES=redis://10.0.0.1:6379,redis://10.0.0.2:6379,redis://10.0.0.3:6379
+  redfence exec --no-wait nightly-dedup -- /usr/local/bin/dedup --since yesterday
+  redfence exec --wait 2m --ttl 30s invoices -- ./bill.sh
+  redfence status nightly-dedup invoices --json
+  redfence doctor
+  redfence release --force nightly-dedup
+  redfence completions bash > /etc/bash_completion.d/redfence";
+
+/// Runs a program under a Redlock quorum lock held on N independent Redis
+/// masters (flock(1) across hosts); inspects and releases locks; audits the
+/// deployment.
+#[derive(Debug, Parser)]
+#[command(name = "redfence", version, after_help = EXAMPLES, propagate_version = true)]
+pub(crate) struct Args {
+    #[command(flatten)]
+    pub(crate) common: Common,
+    #[command(subcommand)]
+    pub(crate) command: Command,
+}
+
+/// Flags every subcommand takes.
+#[derive(Debug, ClapArgs)]
+pub(crate) struct Common {
+    /// The Redis masters, comma-separated: redis://[user:pass@]host:port[/db],
+    /// rediss:// (with the `tls` feature), unix:///path.
+    #[arg(
+        long,
+        env = "REDFENCE_NODES",
+        value_delimiter = ',',
+        global = true,
+        hide_env_values = true
+    )]
+    pub(crate) nodes: Vec<String>,
+    /// Bound on every request to one node.
+    #[arg(long, env = "REDFENCE_NODE_TIMEOUT", value_parser = duration::parse, default_value = "1s", global = true, hide_env_values = true)]
+    pub(crate) node_timeout: Duration,
+    /// The prefix of the lock and fence keys (the library's default:
+    /// "redfence:"). Every client of a lock must use the same one.
+    #[arg(
+        long,
+        env = "REDFENCE_KEY_PREFIX",
+        global = true,
+        hide_env_values = true
+    )]
+    pub(crate) key_prefix: Option<String>,
+    /// Count nodes that started less than a TTL ago toward quorums (the
+    /// restart guard keeps them out by default: one may have restarted
+    /// without its data). For freshly started test servers.
+    #[arg(
+        long,
+        env = "REDFENCE_NO_RESTART_GUARD",
+        global = true,
+        hide_env_values = true,
+        action = clap::ArgAction::SetTrue,
+        value_parser = clap::builder::FalseyValueParser::new()
+    )]
+    pub(crate) no_restart_guard: bool,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub(crate) enum Command {
+    /// Run a command while holding a lock; release it when the command exits.
+    Exec(Exec),
+    /// Show who holds locks, on which nodes, for how long.
+    Status(Status),
+    /// Audit the nodes against what Redlock assumes (exit 0 clean, 1 warnings,
+    /// 2 errors).
+    Doctor(Doctor),
+    /// Delete a lock whatever its holder (dangerous).
+    Release(Release),
+    /// Measure acquire/release latency and throughput on these nodes.
+    Bench(Bench),
+    /// Print a shell completion script.
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
+}
+
+/// `redfence exec`.
+#[derive(Debug, ClapArgs)]
+#[command(
+    after_help = EXIT_STATUSES,
+    long_about = "Acquires RESOURCE on a majority of the nodes (waiting for a release \
+notice, up to --wait), runs COMMAND in its own process group with the lease extended \
+in the background, passes it REDFENCE_RESOURCE, REDFENCE_TOKEN (the fencing token) and \
+REDFENCE_VALID_UNTIL (Unix time in ms when the first lease ends unless extended), \
+forwards SIGINT, SIGTERM and SIGHUP to it, releases when it exits and exits with its \
+status. If the lease is lost meanwhile, the command is terminated (see exit 124).\n\n\
+Example: redfence exec --no-wait nightly-dedup -- /usr/local/bin/dedup"
+)]
+pub(crate) struct Exec {
+    /// The lease: how long the lock outlives a redfence that vanished (it is
+    /// extended every third of it while the command runs).
+    #[arg(long, value_parser = duration::parse, default_value = "30s")]
+    pub(crate) ttl: Duration,
+    /// How long to wait for a held lock.
+    #[arg(long, value_parser = duration::parse, default_value = "10s")]
+    pub(crate) wait: Duration,
+    /// Do not wait: exit with the conflict status if the lock is held.
+    #[arg(long, short = 'n', conflicts_with = "wait")]
+    pub(crate) no_wait: bool,
+    /// The exit status when --no-wait finds the lock held.
+    #[arg(long, default_value_t = EXIT_CONFLICT)]
+    pub(crate) conflict_exit_code: u8,
+    /// After a lost lease, how long the command has between SIGTERM and SIGKILL.
+    #[arg(long, value_parser = duration::parse, default_value = "5s")]
+    pub(crate) kill_after: Duration,
+    /// The lock's name; every host must use the same one.
+    pub(crate) resource: String,
+    /// The command and its arguments, after `--`.
+    #[arg(last = true, required = true, num_args = 1.., value_name = "COMMAND")]
+    pub(crate) command: Vec<OsString>,
+}
+
+/// `redfence status`.
+#[derive(Debug, ClapArgs)]
+#[command(
+    after_help = "Example: redfence status nightly-dedup invoices --json\n\n\
+Exit status: 0 when every resource was read, 69 when fewer than a majority of nodes \
+answered for one, 2 on a usage error."
+)]
+pub(crate) struct Status {
+    /// The resources to inspect.
+    #[arg(required = true)]
+    pub(crate) resources: Vec<String>,
+    /// JSON output (one array, one object per resource).
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+/// `redfence doctor`.
+#[derive(Debug, ClapArgs)]
+#[command(after_help = "Example: redfence doctor --json\n\n\
+Exit status: 0 clean, 1 warnings, 2 errors (a replica, a duplicate server, an \
+unreachable node, eviction of lock keys, …).")]
+pub(crate) struct Doctor {
+    /// JSON output.
+    #[arg(long)]
+    pub(crate) json: bool,
+    /// Also show the informational findings.
+    #[arg(long, short)]
+    pub(crate) verbose: bool,
+}
+
+/// `redfence release`.
+#[derive(Debug, ClapArgs)]
+#[command(
+    long_about = "Deletes RESOURCE's lock key on every node whatever its value. It breaks \
+the current holder's exclusion: the next acquire succeeds at once while the holder may \
+still run (its watchdog notices at its next extend). Fencing still refuses the old \
+holder's writes once the next holder has written. For a holder known to be gone.",
+    after_help = "Example: redfence release --force --yes nightly-dedup\n\n\
+Exit status: 0 when every node answered, 69 when some did not (their key may remain), \
+2 on a usage error or a refused confirmation."
+)]
+pub(crate) struct Release {
+    /// Required: this release ignores who holds the lock.
+    #[arg(long)]
+    pub(crate) force: bool,
+    /// Do not ask for confirmation.
+    #[arg(long, short = 'y')]
+    pub(crate) yes: bool,
+    /// The lock to delete.
+    pub(crate) resource: String,
+    /// JSON output.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+/// `redfence bench`.
+#[derive(Debug, ClapArgs)]
+#[command(
+    after_help = "Example: redfence bench --concurrency 1,8,32 --duration 5s\n\n\
+Each task locks its own resource (no contention): what is measured is the protocol's \
+cost on these nodes, next to the first node alone."
+)]
+pub(crate) struct Bench {
+    /// Concurrent tasks, one run per value.
+    #[arg(long, value_delimiter = ',', default_values_t = [1usize, 32])]
+    pub(crate) concurrency: Vec<usize>,
+    /// Length of each run.
+    #[arg(long, value_parser = duration::parse, default_value = "10s")]
+    pub(crate) duration: Duration,
+    /// The TTL of each lock.
+    #[arg(long, value_parser = duration::parse, default_value = "10s")]
+    pub(crate) ttl: Duration,
+    /// JSON output.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
