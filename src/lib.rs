@@ -112,12 +112,14 @@
 //! 4. Waiting by notification (`notify`) and the fan-out (`fanout`: all N
 //!    at once, decide at the quorum, hear the rest).
 //! 5. One node's connection (`node`: handshake, deadlines, health).
-//! 6. The wire (`wire`): commands, the `.lua` scripts, reply parsers.
+//! 6. The wire (`wire`): commands, the `.lua` scripts, reply parsers, the
+//!    plain-text probe of a silent `rediss://` server.
 //! 7. Pure logic, tested without Redis: `config`, `autoextend`
 //!    ([`AutoExtend`]), `retry` ([`Retry`]), `restart` ([`RestartGuard`]),
 //!    `quorum`, `validity`, `fence` ([`FencingToken`], the token merge,
 //!    model-checked), `resource`, `stats` ([`Stats`]), `inspect`
-//!    ([`Inspection`]: a resource's lock on every node, summarised).
+//!    ([`Inspection`]: a resource's lock on every node, summarised), `tls`
+//!    ([`Tls`]: what `rediss://` nodes trust and present).
 //! 8. Data shared by all: `error` ([`Error`], [`ConfigError`]), `lost`
 //!    ([`LostLock`]), `failure` ([`QuorumFailure`] and the per-node detail),
 //!    [`limits`]; and `metrics`, which names every metric (feature
@@ -129,6 +131,7 @@
 //! |---|---|---|
 //! | `postgres` | off | `postgres::PgFencedStore`: fenced writes checked by PostgreSQL (tokio-postgres) |
 //! | `metrics` | off | counters, gauges and histograms (`redfence_*`) through the `metrics` facade, for any exporter (README, "Observability") |
+//! | `tls` | off | `rediss://` nodes and [`Tls`] (a private CA, mutual TLS): rustls through the `redis` crate's `tokio-rustls-comp`, with `ring` |
 //!
 //! The default build has no optional dependency. The fault suite, with its
 //! event history and checker, is the `chaos` workspace member, and the
