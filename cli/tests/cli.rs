@@ -150,23 +150,58 @@ fn eight_concurrent_execs_never_interleave_and_all_run() {
         assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     }
     let text = fs::read_to_string(&file).unwrap();
-    let lines: Vec<&str> = text.lines().collect();
-    assert_eq!(lines.len(), 16, "{text}");
-    let mut pids = Vec::new();
-    for pair in lines.chunks(2) {
-        let (start, end) = (pair[0], pair[1]);
-        let pid = start.strip_prefix("start ").expect(&text);
-        assert_eq!(end, format!("end {pid}"), "interleaved:\n{text}");
-        pids.push(pid);
-    }
-    pids.sort_unstable();
-    pids.dedup();
-    assert_eq!(pids.len(), 8, "every invocation ran once:\n{text}");
+    assert_eq!(serial_runs(&text), Ok(8), "{text}");
     assert!(
         no_lock_keys(&cluster),
         "{:?}",
         cluster.count_keys(LOCK_KEYS)
     );
+
+    // The control: the same eight scripts started at once without
+    // redfence interleave, and the check above sees it.
+    let file = dir.join("unlocked");
+    let script = format!(
+        "echo \"start $$\" >> {f}; sleep 0.2; echo \"end $$\" >> {f}",
+        f = file.display()
+    );
+    let [shell, flag, body] = sh(&script);
+    let children: Vec<Child> = (0..8)
+        .map(|_| spawn(Command::new(&shell).args([&flag, &body])))
+        .collect();
+    for child in children {
+        assert!(finish(child, Duration::from_secs(30)).status.success());
+    }
+    let text = fs::read_to_string(&file).unwrap();
+    assert!(
+        serial_runs(&text).is_err_and(|e| e.starts_with("interleaved")),
+        "the unlocked runs did not interleave:\n{text}"
+    );
+}
+
+/// How many runs the log shows, if each run's `start PID` is followed by
+/// its own `end PID` (no other run in between) and every PID ran once.
+fn serial_runs(text: &str) -> Result<usize, String> {
+    let lines: Vec<&str> = text.lines().collect();
+    if lines.len() % 2 != 0 {
+        return Err(format!("{} lines, not pairs", lines.len()));
+    }
+    let mut pids = Vec::new();
+    for pair in lines.chunks(2) {
+        let pid = pair[0]
+            .strip_prefix("start ")
+            .ok_or_else(|| format!("interleaved: {:?} where a start belongs", pair[0]))?;
+        if pair[1] != format!("end {pid}") {
+            return Err(format!("interleaved: {:?} after start {pid}", pair[1]));
+        }
+        pids.push(pid);
+    }
+    let runs = pids.len();
+    pids.sort_unstable();
+    pids.dedup();
+    if pids.len() != runs {
+        return Err("a run twice".into());
+    }
+    Ok(runs)
 }
 
 #[test]
