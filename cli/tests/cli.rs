@@ -182,7 +182,7 @@ fn eight_concurrent_execs_never_interleave_and_all_run() {
 /// its own `end PID` (no other run in between) and every PID ran once.
 fn serial_runs(text: &str) -> Result<usize, String> {
     let lines: Vec<&str> = text.lines().collect();
-    if lines.len() % 2 != 0 {
+    if !lines.len().is_multiple_of(2) {
         return Err(format!("{} lines, not pairs", lines.len()));
     }
     let mut pids = Vec::new();
