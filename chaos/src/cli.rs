@@ -8,7 +8,8 @@ use crate::nemesis::Nemesis;
 
 pub const USAGE: &str = "\
 usage: chaos [--nemesis all|NAME[,NAME...]] [--duration D] [--seed N]
-             [--history-dir DIR] [--tasks N] [--procs N] [--proc-tasks N] [--list]
+             [--history-dir DIR] [--tasks N] [--procs N] [--proc-tasks N]
+             [--resources N] [--list]
 
   --nemesis      which faults to run, in order (default all); --list names them
   --duration     how long each nemesis runs: 8s, 90s, 2m, 10m, 500ms (default 10s)
@@ -18,6 +19,8 @@ usage: chaos [--nemesis all|NAME[,NAME...]] [--duration D] [--seed N]
   --tasks        worker tasks in the main process (default 4)
   --procs        worker processes (default 2; at least 1)
   --proc-tasks   worker tasks per process (default 2)
+  --resources    resources the workers pick from (default 3; 1 is the hot
+                 lock: every worker contends for one resource), 1 to 16
 
 Exit status 1 when a nemesis expected to be safe shows a violation, or a
 negative control fails to show one; 2 on a usage error.";
@@ -31,6 +34,7 @@ pub struct Options {
     pub tasks: u32,
     pub procs: u32,
     pub proc_tasks: u32,
+    pub resources: u32,
     pub list: bool,
 }
 
@@ -44,6 +48,7 @@ pub fn parse(args: &[String]) -> Result<Options, String> {
         tasks: 4,
         procs: 2,
         proc_tasks: 2,
+        resources: crate::rig::RESOURCES,
         list: false,
     };
     let mut it = args.iter();
@@ -67,6 +72,7 @@ pub fn parse(args: &[String]) -> Result<Options, String> {
             "--tasks" => o.tasks = parse_num(flag, &value()?)?,
             "--procs" => o.procs = parse_num(flag, &value()?)?,
             "--proc-tasks" => o.proc_tasks = parse_num(flag, &value()?)?,
+            "--resources" => o.resources = parse_num(flag, &value()?)?,
             "--list" => o.list = true,
             "-h" | "--help" => return Err(String::new()),
             other => return Err(format!("unknown argument {other:?}")),
@@ -76,6 +82,9 @@ pub fn parse(args: &[String]) -> Result<Options, String> {
     // suite is that some clients are separate processes: never zero.
     if o.procs == 0 || o.proc_tasks == 0 {
         return Err("--procs and --proc-tasks must be at least 1".into());
+    }
+    if !(1..=16).contains(&o.resources) {
+        return Err("--resources must be 1 to 16".into());
     }
     if o.tasks + o.procs * o.proc_tasks > 64 {
         return Err("at most 64 workers in all".into());

@@ -23,7 +23,8 @@
 //! Workers are tasks of this process (`--tasks`) and of worker processes
 //! (`--procs` × `--proc-tasks`), which are this binary re-executed with
 //! `--worker ...`. Each worker has its own lock client and data
-//! connection, and loops: pick one of 3 resources, acquire (TTL 400 ms,
+//! connection, and loops: pick one of 3 resources (`--resources`; 1 is
+//! the hot-lock workload, every worker on one resource), acquire (TTL 400 ms,
 //! node timeout 50 ms, at most 2 s of waiting), then in the critical
 //! section read-modify-write the resource's counter with plain GET/SET
 //! (only the lock protects it: a lost update is broken mutual exclusion)
@@ -148,7 +149,7 @@ fn suite(opts: &cli::Options) -> Result<ExitCode, BoxError> {
         opts.tasks,
         opts.procs,
         opts.proc_tasks,
-        rig::RESOURCES,
+        opts.resources,
         rig::TTL,
         rig::NODE_TIMEOUT,
         rig::MAX_WAIT,

@@ -33,7 +33,8 @@ use crate::BoxError;
 
 /// Redlock's usual N: tolerates two nodes down.
 pub const NODES: usize = 5;
-/// Few resources, many workers: contention on every lock.
+/// Few resources, many workers: contention on every lock (the default of
+/// `--resources`; 1 is the hot-lock workload).
 pub const RESOURCES: u32 = 3;
 /// Short leases, so that faults outlast them and a run sees many
 /// hand-overs.
@@ -90,7 +91,7 @@ pub fn run(
         ttl: TTL,
         node_timeout: NODE_TIMEOUT,
         max_wait: MAX_WAIT,
-        resources: RESOURCES,
+        resources: opts.resources,
         fencing: nemesis.fencing(),
         guard: nemesis.restart_guard().then_some(GUARD_WINDOW),
         announce: false,
@@ -161,7 +162,7 @@ pub fn run(
     // Every worker has stopped; an increment still in flight would have
     // timed out by now.
     thread::sleep(Duration::from_millis(100));
-    for e in rt.block_on(final_counters(&data.url(), &writer)) {
+    for e in rt.block_on(final_counters(&data.url(), opts.resources, &writer)) {
         errors.push(e);
     }
     writer.flush()?;
@@ -176,7 +177,7 @@ pub fn run(
         nemesis,
         duration: opts.duration,
         clients: format!("{} + {}×{}", opts.tasks, opts.procs, opts.proc_tasks),
-        resources: RESOURCES,
+        resources: opts.resources,
         report,
         ranked,
         late,
@@ -224,13 +225,13 @@ async fn run_tasks(setup: Arc<Setup>, opts: &Options, seed: u64) -> Vec<String> 
 }
 
 /// Records each counter's final value.
-async fn final_counters(url: &str, writer: &Writer) -> Vec<String> {
+async fn final_counters(url: &str, resources: u32, writer: &Writer) -> Vec<String> {
     let mut conn = match worker::data_connection(url).await {
         Ok(c) => c,
         Err(e) => return vec![format!("reading the final counters: {e}")],
     };
     let mut errors = Vec::new();
-    for r in 0..RESOURCES {
+    for r in 0..resources {
         let counter = worker::counter_key(r);
         let value: Result<redis::RedisResult<Option<i64>>, _> =
             tokio::time::timeout(worker::DATA_TIMEOUT, conn.get(&counter)).await;

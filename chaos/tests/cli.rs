@@ -32,6 +32,7 @@ fn a_usage_error_exits_2_with_one_error_line_and_no_panic() {
         (&["--nemesis", "nope"][..], "unknown nemesis \"nope\""),
         (&["--duration", "soon"][..], "bad duration \"soon\""),
         (&["--seed"][..], "--seed needs a value"),
+        (&["--resources", "0"][..], "--resources must be 1 to 16"),
     ] {
         let out = chaos(args);
         assert_eq!(out.status.code(), Some(2), "{args:?}: {out:?}");
