@@ -36,6 +36,7 @@ pub struct Builder {
     auto_extend: Option<AutoExtend>,
     wake_on_release: bool,
     max_local_handoffs: u32,
+    fair: bool,
     restart_guard: RestartGuard,
     tls: Option<Tls>,
 }
@@ -59,6 +60,7 @@ impl Builder {
             auto_extend: None,
             wake_on_release: true,
             max_local_handoffs: DEFAULT_LOCAL_HANDOFFS,
+            fair: true,
             restart_guard: RestartGuard::new(),
             tls: None,
         }
@@ -181,6 +183,21 @@ impl Builder {
         self
     }
 
+    /// Whether waiters on a held lock take turns through the fair queue: a
+    /// list of tickets on the resource's home node (one of the N, chosen by
+    /// the resource's fence bucket), whose head the holder's release names,
+    /// so that only that waiter attempts and grants follow arrival order
+    /// across processes. The queue orders who tries; the quorum still
+    /// decides who holds, so a lost or emptied queue costs order, never
+    /// safety (README, "Hot locks"). Only with
+    /// [`wake_on_release`](Self::wake_on_release). Defaults to `true`;
+    /// `false` gives the earlier, unordered competition between clients
+    /// (FIFO within a client).
+    pub fn fair(mut self, enabled: bool) -> Self {
+        self.fair = enabled;
+        self
+    }
+
     /// Keeps a node whose server (re)started recently out of quorums; see
     /// [`RestartGuard`]. Defaults to [`RestartGuard::new()`]: on, for the
     /// longest TTL this client has requested.
@@ -261,6 +278,7 @@ impl Builder {
             auto_extend: self.auto_extend,
             wake_on_release: self.wake_on_release,
             max_local_handoffs: self.max_local_handoffs,
+            fair: self.fair,
             restart_guard: self.restart_guard,
         };
         Ok(Client::from_shared(Shared::new(nodes, config)))

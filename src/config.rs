@@ -28,6 +28,7 @@ pub(crate) struct Config {
     pub(crate) auto_extend: Option<AutoExtend>,
     pub(crate) wake_on_release: bool,
     pub(crate) max_local_handoffs: u32,
+    pub(crate) fair: bool,
     pub(crate) restart_guard: RestartGuard,
 }
 

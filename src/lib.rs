@@ -150,6 +150,7 @@ mod client;
 mod config;
 mod error;
 mod failure;
+mod fair;
 mod fanout;
 mod fence;
 mod guard;

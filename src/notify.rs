@@ -151,8 +151,27 @@ impl Drop for Releasing {
 
 #[derive(Debug, Default)]
 struct Queue {
-    /// Waiters in arrival order; the first is the head.
-    waiters: VecDeque<(u64, Arc<Notify>)>,
+    /// Waiters in arrival order; the first is the head. Each with its fair
+    /// queue ticket, if it has one.
+    waiters: VecDeque<(u64, Arc<Notify>, Option<Arc<str>>)>,
+    /// A fair queue's home node, whose notices name the next ticket:
+    /// subscribed there only (`None`: on every node, the classic
+    /// competition; a fair queue whose home stopped answering is widened
+    /// to that, see [`Place::widen`]).
+    fair: Option<usize>,
+    /// When this client's first fair waiter should look at the queue
+    /// although no release named a ticket of ours: a release named a
+    /// ticket of ours whose waiter left.
+    look_at: Option<Instant>,
+    /// Tickets of this client's waiters that left (cancelled, gave up):
+    /// a release that names one passes the turn to our first waiter.
+    left: VecDeque<Arc<str>>,
+    /// Local waiters whose ticket a release named, not yet taken.
+    named: Vec<u64>,
+    /// Whether the home node's last notice named a ticket: other clients
+    /// wait in the fair queue, so a new waiter joins it instead of sending
+    /// an attempt bound to fail.
+    busy: bool,
     /// Releases heard (and subscription confirmations, which stand for any
     /// release missed before them). The head retries when it moves.
     heard: u64,
@@ -242,7 +261,7 @@ impl Waits {
             if queues.get(key).is_none_or(|q| q.waiters.is_empty()) {
                 return None;
             }
-            self.push(&mut queues, key)
+            self.push(&mut queues, key, None, None)
         };
         Some(self.subscribed(nodes, pushed))
     }
@@ -250,8 +269,30 @@ impl Waits {
     /// Joins the queue of lock key `key`, subscribing when the queue is new.
     /// Starts the subscription tasks on first use.
     pub(crate) fn join(&self, nodes: &[Arc<Node>], key: &Arc<str>) -> Place {
-        let pushed = self.push(&mut self.shared.lock(), key);
+        let pushed = self.push(&mut self.shared.lock(), key, None, None);
         self.subscribed(nodes, pushed)
+    }
+
+    /// Joins the queue of lock key `key` as a fair-queue waiter with
+    /// `ticket`, subscribing on the fair queue's home node `home` only when
+    /// the queue is new (only the home's notices name tickets). Also
+    /// says whether the resource is busy: waiters of this client are
+    /// queued already, or the home's last notice named a ticket.
+    pub(crate) fn join_fair(
+        &self,
+        nodes: &[Arc<Node>],
+        key: &Arc<str>,
+        home: usize,
+        ticket: Arc<str>,
+    ) -> (Place, bool) {
+        let (pushed, busy) = {
+            let mut queues = self.shared.lock();
+            let busy = queues
+                .get(key)
+                .is_some_and(|q| q.busy || !q.waiters.is_empty());
+            (self.push(&mut queues, key, Some(home), Some(ticket)), busy)
+        };
+        (self.subscribed(nodes, pushed), busy)
     }
 
     /// Waiters in every queue.
@@ -262,17 +303,26 @@ impl Waits {
 
     /// Adds a waiter at the tail of `key`'s queue; `true` when the queue is
     /// new.
-    fn push(&self, queues: &mut HashMap<Arc<str>, Queue>, key: &Arc<str>) -> (Place, bool) {
+    fn push(
+        &self,
+        queues: &mut HashMap<Arc<str>, Queue>,
+        key: &Arc<str>,
+        fair: Option<usize>,
+        ticket: Option<Arc<str>>,
+    ) -> (Place, bool) {
         let notify = Arc::new(Notify::new());
         let created = !queues.contains_key(key);
-        let queue = queues.entry(key.clone()).or_default();
+        let queue = queues.entry(key.clone()).or_insert_with(|| Queue {
+            fair,
+            ..Queue::default()
+        });
         let id = queue.next_id;
         queue.next_id += 1;
         if queue.waiters.is_empty() {
             queue.head_since = queue.heard;
         }
         queue.idle_since = None;
-        queue.waiters.push_back((id, notify.clone()));
+        queue.waiters.push_back((id, notify.clone(), ticket));
         let place = Place {
             shared: self.shared.clone(),
             key: key.clone(),
@@ -287,8 +337,15 @@ impl Waits {
     fn subscribed(&self, nodes: &[Arc<Node>], (place, created): (Place, bool)) -> Place {
         self.start(nodes);
         if created {
-            self.shared
-                .command(|| Command::Subscribe(place.key.clone()));
+            let fair = self.shared.lock().get(&place.key).and_then(|q| q.fair);
+            match fair {
+                Some(home) => self
+                    .shared
+                    .command_to(home, Command::Subscribe(place.key.clone())),
+                None => self
+                    .shared
+                    .command(|| Command::Subscribe(place.key.clone())),
+            }
         }
         place
     }
@@ -334,6 +391,35 @@ impl Shared {
         }
     }
 
+    fn command_to(&self, node: usize, command: Command) {
+        if let Some(tx) = self.senders.get().and_then(|s| s.get(node)) {
+            let _ = tx.send(command);
+        }
+    }
+
+    /// A release of `key` heard from node `node`: on a fair queue's home
+    /// node, the notice's third field names the ticket whose turn it is.
+    fn heard_from(&self, key: &str, payload: &str, node: usize) {
+        let mut parts = payload.splitn(3, ':');
+        let (body_len, next) = match (parts.next(), parts.next(), parts.next()) {
+            (Some(n), Some(c), next) => (n.len() + 1 + c.len(), next),
+            _ => (payload.len(), None),
+        };
+        {
+            let mut queues = self.lock();
+            if let Some(queue) = queues.get_mut(key) {
+                if let Some(home) = queue.fair {
+                    // Only the named waiter acts; nobody else wakes.
+                    if home == node {
+                        queue.turn(next);
+                    }
+                    return;
+                }
+            }
+        }
+        self.heard(key, &payload[..body_len]);
+    }
+
     /// A release of `key` was heard. The payload is `{notice}:{clients}`:
     /// the notice identifies the release across nodes, `clients` is how
     /// many clients were subscribed on the publishing node.
@@ -376,6 +462,10 @@ impl Shared {
         if queue.waiters.is_empty() {
             // Nobody to hand it to; copies from Redis count as heard.
             queue.remember(notice.into());
+            return;
+        }
+        if queue.fair.is_some() {
+            // The home's notice names whose turn it is.
             return;
         }
         if queue.competitors > 1 && queue.local_turns >= self.local_handoffs {
@@ -426,6 +516,26 @@ impl Shared {
 }
 
 impl Queue {
+    /// The home node's release named `next` (or nobody): wake that waiter
+    /// if it is ours.
+    fn turn(&mut self, next: Option<&str>) {
+        self.busy = next.is_some();
+        let Some(next) = next else { return };
+        if let Some((id, notify, _)) = self
+            .waiters
+            .iter()
+            .find(|(_, _, t)| t.as_deref() == Some(next))
+        {
+            self.named.push(*id);
+            notify.notify_one();
+        } else if self.left.iter().any(|t| **t == *next) {
+            // Named a waiter of ours that left: our first waiter looks now
+            // (the queue's new head may be free to go).
+            self.look_at = Some(Instant::now());
+            self.wake_head();
+        }
+    }
+
     /// Counts `notice` as heard: its copies from other nodes are ignored.
     fn remember(&mut self, notice: Arc<str>) {
         if self.recent.len() == RECENT_NOTICES {
@@ -436,7 +546,7 @@ impl Queue {
 
     fn wake_head(&mut self) {
         self.heard += 1;
-        if let Some((_, notify)) = self.waiters.front() {
+        if let Some((_, notify, _)) = self.waiters.front() {
             notify.notify_one();
         }
     }
@@ -473,7 +583,7 @@ impl Place {
     pub(crate) fn head(&self) -> Option<Head> {
         let queues = self.shared.lock();
         let queue = queues.get(&self.key)?;
-        let (id, _) = queue.waiters.front()?;
+        let (id, _, _) = queue.waiters.front()?;
         (*id == self.id).then_some(Head {
             heard: queue.heard,
             since: queue.head_since,
@@ -489,6 +599,53 @@ impl Place {
         // A `notify_one` that raced ahead of this call left a permit, so no
         // wake-up is lost between the caller's check and this await.
         let _ = tokio::time::timeout_at(until.into(), self.notify.notified()).await;
+    }
+
+    /// Whether a release named this waiter's ticket since it last looked
+    /// (its turn in the fair queue); consumes the naming.
+    pub(crate) fn take_named(&self) -> bool {
+        let mut queues = self.shared.lock();
+        let Some(queue) = queues.get_mut(&self.key) else {
+            return false;
+        };
+        let before = queue.named.len();
+        queue.named.retain(|id| *id != self.id);
+        queue.named.len() != before
+    }
+
+    /// When the first waiter should look at the fair queue although no
+    /// release named it (see [`Queue::look_at`]).
+    pub(crate) fn look_at(&self) -> Option<Instant> {
+        self.shared.lock().get(&self.key).and_then(|q| q.look_at)
+    }
+
+    /// The fair queue's home stopped answering: the queue becomes a classic
+    /// one (subscribed on every node, every release wakes the head) until
+    /// it is reaped, and this waiter goes on as a classic waiter.
+    pub(crate) fn widen(&self) {
+        let widened = {
+            let mut queues = self.shared.lock();
+            queues
+                .get_mut(&self.key)
+                .and_then(|q| q.fair.take())
+                .is_some()
+        };
+        if widened {
+            self.shared.command(|| Command::Subscribe(self.key.clone()));
+        }
+    }
+
+    /// The first waiter looked: clears [`look_at`](Self::look_at).
+    pub(crate) fn looked(&self) {
+        if let Some(queue) = self.shared.lock().get_mut(&self.key) {
+            queue.look_at = None;
+        }
+    }
+
+    /// Whether this waiter is the first of its client's waiters on the
+    /// resource: the one whose timers stand for them all.
+    pub(crate) fn is_first(&self) -> bool {
+        self.head().is_some()
     }
 
     /// Leaves the queue after getting the lock, whose keys expire at
@@ -508,14 +665,26 @@ impl Drop for Place {
             let Some(queue) = queues.get_mut(&self.key) else {
                 return;
             };
-            let was_head = queue.waiters.front().is_some_and(|(id, _)| *id == self.id);
-            queue.waiters.retain(|(id, _)| *id != self.id);
+            let was_head = queue
+                .waiters
+                .front()
+                .is_some_and(|(id, _, _)| *id == self.id);
+            if let Some((_, _, Some(ticket))) =
+                queue.waiters.iter().find(|(id, _, _)| *id == self.id)
+            {
+                if queue.left.len() == RECENT_NOTICES {
+                    queue.left.pop_front();
+                }
+                queue.left.push_back(ticket.clone());
+            }
+            queue.waiters.retain(|(id, _, _)| *id != self.id);
+            queue.named.retain(|id| *id != self.id);
             if queue.waiters.is_empty() {
                 // Lingers, subscribed; reaped after LINGER.
                 queue.idle_since = Some(now);
             } else if was_head {
                 queue.head_since = queue.heard;
-                if let Some((_, next)) = queue.waiters.front() {
+                if let Some((_, next, _)) = queue.waiters.front() {
                     next.notify_one();
                 }
             }
@@ -635,7 +804,7 @@ async fn subscriber(
                     };
                     metrics::release_notice(node.addr());
                     let payload = String::from_utf8_lossy(message.get_payload_bytes());
-                    shared.heard(key, &payload);
+                    shared.heard_from(key, &payload, node.index());
                 }
             }
         }

@@ -14,6 +14,7 @@ use tracing::{Instrument, Span};
 use crate::autoextend::{AutoExtend, Schedule};
 use crate::error::Error;
 use crate::failure::{FailureReason, QuorumFailure};
+use crate::fair::{hopeless, log_failure, wait_fair, Fair, EXPIRY_SPREAD};
 use crate::guard::LockGuard;
 use crate::lease::Lease;
 use crate::metrics;
@@ -24,9 +25,6 @@ use crate::quorum::quorum;
 use crate::retry::{jitter, Retry};
 use crate::validity::later;
 
-/// Spread of the retries of clients that wake on a holder's TTL running
-/// out: they all computed about the same instant.
-const EXPIRY_SPREAD: Duration = Duration::from_millis(5);
 /// Widest spread of the retries after a heard release.
 const MAX_RELEASE_SPREAD: Duration = Duration::from_millis(50);
 
@@ -46,6 +44,7 @@ pub struct LockRequest {
     retry: Retry,
     auto_extend: Option<AutoExtend>,
     wake_on_release: bool,
+    fair: bool,
 }
 
 impl LockRequest {
@@ -55,6 +54,7 @@ impl LockRequest {
             retry: config.retry,
             auto_extend: config.auto_extend,
             wake_on_release: config.wake_on_release,
+            fair: config.fair,
             shared,
             resource,
             ttl,
@@ -108,6 +108,15 @@ impl LockRequest {
         self
     }
 
+    /// Whether waiting takes turns through the fair queue (with
+    /// [`wake_on_release`](Self::wake_on_release)); see
+    /// [`Builder::fair`](crate::Builder::fair). Defaults to the client's
+    /// setting (`true` unless set).
+    pub fn fair(mut self, enabled: bool) -> Self {
+        self.fair = enabled;
+        self
+    }
+
     /// Acquires the lock, waiting until the policy's deadline or attempt
     /// limit. While another owner holds it, the wait ends when the holder's
     /// release is heard, when its keys' TTL runs out, or after the policy's
@@ -136,7 +145,28 @@ impl LockRequest {
         );
         let waited = async {
             let (target, schedule) = self.checked()?;
-            let waited = if self.wake_on_release {
+            let waited = if self.wake_on_release && self.fair {
+                match wait_fair(&self.shared, &target, &self.retry).await {
+                    Fair::Done(done) => done,
+                    // The queue's home stopped answering: the classic
+                    // competition, for the rest of the wait.
+                    Fair::Classic { attempts, deadline } => {
+                        let rest = deadline.saturating_duration_since(Instant::now());
+                        let classic = Self {
+                            retry: self.retry.with_max_wait(rest),
+                            ..self.clone()
+                        };
+                        classic
+                            .wait_notified(&target)
+                            .await
+                            .map(|(grant, more)| (grant, attempts + more))
+                            .map_err(|mut failure| {
+                                failure.attempts += attempts;
+                                failure
+                            })
+                    }
+                }
+            } else if self.wake_on_release {
                 self.wait_notified(&target).await
             } else {
                 self.wait_polling(&target).await
@@ -534,25 +564,4 @@ fn not_acquired(span: &Span, started: Instant, error: &Error) {
         .record("outcome", "failed");
     span.in_scope(|| tracing::debug!(%error, "not acquired"));
     metrics::acquire_failed(elapsed, attempts, error);
-}
-
-fn log_failure(attempts: u32, failure: &QuorumFailure) {
-    tracing::debug!(
-        attempts,
-        granted = failure.granted,
-        quorum = failure.quorum,
-        reason = %failure.reason,
-        "attempt failed"
-    );
-}
-
-/// True when the permanent failures (auth, replica, duplicate server) alone
-/// rule out a majority: waiting cannot help.
-fn hopeless(failure: &QuorumFailure) -> bool {
-    let permanent = failure
-        .failures
-        .iter()
-        .filter(|f| f.kind.is_permanent())
-        .count();
-    permanent > failure.nodes - failure.quorum
 }

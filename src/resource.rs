@@ -23,8 +23,14 @@ pub(crate) fn lock_key(prefix: &str, resource: &str) -> Arc<str> {
     key(prefix, "lock:", resource)
 }
 
+/// The Redis key of a resource's wait queue (the fair queue's hint, kept
+/// on the resource's home node only; see `protocol::queue`).
+pub(crate) fn queue_key(prefix: &str, resource: &str) -> Arc<str> {
+    key(prefix, "queue:", resource)
+}
+
 /// The kinds of key a client writes, each after the prefix.
-const KINDS: [&str; 2] = ["lock:", "fence:"];
+const KINDS: [&str; 3] = ["lock:", "fence:", "queue:"];
 
 /// Checks a key prefix. Two deployments keep apart only if neither can
 /// name the other's keys. An empty prefix puts the keys at the top of the
@@ -33,7 +39,7 @@ const KINDS: [&str; 2] = ["lock:", "fence:"];
 /// another by a kind names the other's keys: `a:lock:` + `fence:x` is
 /// `a:` + `lock:` + `fence:x`, the lock key of resource `fence:x` under
 /// `a:`. So a prefix must end with `:` and have no `:`-separated segment
-/// `lock` or `fence`; then a prefix `p + s` of another valid `p` starts `s`
+/// `lock`, `fence` or `queue`; then a prefix `p + s` of another valid `p` starts `s`
 /// at a segment, and `s` cannot begin with a kind (the unit test checks all
 /// short prefixes of a small alphabet).
 pub(crate) fn validate_prefix(prefix: &str) -> Result<(), &'static str> {
@@ -46,7 +52,7 @@ pub(crate) fn validate_prefix(prefix: &str) -> Result<(), &'static str> {
     let is_kind = |segment: &str| KINDS.iter().any(|k| k.strip_suffix(':') == Some(segment));
     if prefix.split(':').any(is_kind) {
         return Err(
-            "must not have a segment \"lock\" or \"fence\" (it would name another prefix's keys)",
+            "must not have a segment \"lock\", \"fence\" or \"queue\" (it would name another prefix's keys)",
         );
     }
     Ok(())
@@ -234,6 +240,7 @@ mod tests {
             "lock:",
             "a:lock:",
             "a:fence:",
+            "a:queue:",
             "x:lock:y:",
             "fence:",
             "a",
@@ -246,7 +253,7 @@ mod tests {
         }
         // Exhaustively over short prefixes from a small alphabet: two valid
         // prefixes never name one key with different kinds or resources.
-        let alphabet = ["a", ":", "lock", "fence", "lock:", "fence:", "re"];
+        let alphabet = ["a", ":", "lock", "fence", "queue", "lock:", "queue:", "re"];
         let mut prefixes = vec![String::new()];
         for _ in 0..3 {
             let longer: Vec<String> = prefixes

@@ -53,6 +53,8 @@ pub(crate) async fn attempt(
         sent: all_nodes(shared.nodes.len()),
         ours: Arc::default(),
         expires_at: Instant::now() + target.ttl.duration(),
+        home: target.home.clone(),
+        ticket: None,
     };
     // Armed until the attempt succeeds: a failed attempt, or this future
     // being dropped mid-flight, releases in the background wherever the SET

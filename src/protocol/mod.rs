@@ -1,7 +1,8 @@
 //! The protocol operations, one file each, as functions over the client's
 //! [`Shared`](shared::Shared) state: an acquire attempt, the token's settle
 //! and write-back, extend, release, the restart guard's re-seed, and the
-//! inspection and forced release of a resource. Each
+//! inspection and forced release of a resource, and the fair queue's requests
+//! to a resource's home node. Each
 //! is one or two quorum rounds over the fan-out; the layers above
 //! (requests, guards, the watchdog) decide when to run them.
 //!
@@ -11,6 +12,7 @@
 pub(crate) mod attempt;
 pub(crate) mod extend;
 pub(crate) mod inspect;
+pub(crate) mod queue;
 pub(crate) mod release;
 pub(crate) mod reseed;
 pub(crate) mod round;

@@ -112,15 +112,35 @@ fn start_release(shared: &Shared, held: &Held, notice_id: String) -> FanOut<()> 
             channel0.as_bytes(),
         ],
     ));
+    // The home node's release also tends the fair queue: it takes out this
+    // holder's ticket if it is still there and pops the next waiter's,
+    // which its notice names. Only a granted lock's release does: a failed
+    // attempt's cleanup frees nothing that waiters are owed.
+    let home = held.granted.then(|| {
+        let ticket = held.ticket.as_deref().unwrap_or("");
+        let db = shared.nodes.get(held.home.index).map_or(db0, |n| n.db());
+        let channel = notice_channel(&held.key, db);
+        Arc::new(RELEASE.evalsha(
+            &[&held.key, &held.home.queue],
+            &[
+                held.value.as_bytes(),
+                notice.as_bytes(),
+                channel.as_bytes(),
+                ticket.as_bytes(),
+            ],
+        ))
+    });
     // Releases ignore the settled flag and go through to stalled nodes: the
     // acquire they follow may be queued there.
     FanOut::start(&shared.nodes, held.sent, deadline, |node, _settled| {
         let (key, value) = (held.key.clone(), held.value.clone());
         let notice = notice.clone();
-        let (channel, evalsha) = if node.db() == db0 {
-            (channel0.clone(), Some(Arc::clone(&evalsha0)))
-        } else {
-            (notice_channel(&key, node.db()).into(), None)
+        let (channel, evalsha) = match &home {
+            Some(home) if node.index() == held.home.index => {
+                (channel0.clone(), Some(Arc::clone(home)))
+            }
+            _ if node.db() == db0 => (channel0.clone(), Some(Arc::clone(&evalsha0))),
+            _ => (notice_channel(&key, node.db()).into(), None),
         };
         async move {
             let reply = match evalsha {

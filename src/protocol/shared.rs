@@ -15,7 +15,7 @@ use crate::fanout::{node_set, NodeSet};
 use crate::fence::FencingToken;
 use crate::node::{Node, Vote};
 use crate::notify::Waits;
-use crate::resource::{fence_bucket, fence_keys, lock_key, validate};
+use crate::resource::{fence_bucket, fence_keys, lock_key, queue_key, validate};
 use crate::stats::Counters;
 use crate::validity::{Ttl, TtlProblem};
 
@@ -57,6 +57,17 @@ pub(crate) struct Target {
     pub(crate) drift: Duration,
     /// The fence key of the resource's bucket, when fencing is on.
     pub(crate) fence: Option<Arc<str>>,
+    /// The resource's home node (its fence bucket modulo N), which keeps
+    /// its fair queue, and the queue's key.
+    pub(crate) home: Home,
+}
+
+/// Where a resource's fair queue lives: one of the N nodes, the same for
+/// every client that lists the nodes in the same order.
+#[derive(Debug, Clone)]
+pub(crate) struct Home {
+    pub(crate) index: usize,
+    pub(crate) queue: Arc<str>,
 }
 
 /// What a lock needs to be extended or released: its key, its secret value,
@@ -79,6 +90,13 @@ pub(crate) struct Held {
     /// leftover that never was ours. Shared by every copy of this `Held`.
     pub(crate) ours: Arc<AtomicU64>,
     pub(crate) expires_at: Instant,
+    /// The fair queue of the resource; the home node's release pops its
+    /// head and names it in the notice.
+    pub(crate) home: Home,
+    /// This acquisition's ticket when it may still be in the fair queue
+    /// (granted without being named by a release): the home node's release
+    /// takes it out.
+    pub(crate) ticket: Option<Arc<str>>,
 }
 
 impl Held {
@@ -155,16 +173,19 @@ impl Shared {
             });
         }
         let prefix = &self.config.key_prefix;
-        let fence = self
-            .fence_keys
-            .get(usize::from(fence_bucket(resource)))
-            .cloned();
+        let bucket = fence_bucket(resource);
+        let fence = self.fence_keys.get(usize::from(bucket)).cloned();
+        let home = Home {
+            index: usize::from(bucket) % self.nodes.len().max(1),
+            queue: queue_key(prefix, resource),
+        };
         Ok(Target {
             resource: resource.into(),
             key: lock_key(prefix, resource),
             ttl: checked,
             drift,
             fence,
+            home,
         })
     }
 

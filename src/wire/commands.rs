@@ -42,6 +42,29 @@ pub(crate) fn pttl(key: &str) -> Cmd {
     cmd
 }
 
+/// The fair queue's join: `RPUSH queue ticket`, `PEXPIRE queue life`,
+/// `PTTL lock`, pipelined (not a transaction: the `PTTL` informs, the
+/// length says whether the ticket is the head).
+pub(crate) fn enqueue(queue: &str, ticket: &str, life_ms: u64, lock: &str) -> Pipeline {
+    let mut pipe = redis::pipe();
+    pipe.cmd("RPUSH")
+        .arg(queue)
+        .arg(ticket)
+        .cmd("PEXPIRE")
+        .arg(queue)
+        .arg(life_ms)
+        .cmd("PTTL")
+        .arg(lock);
+    pipe
+}
+
+/// `LREM queue 1 ticket`: a waiter leaves the fair queue.
+pub(crate) fn lrem(queue: &str, ticket: &str) -> Cmd {
+    let mut cmd = redis::cmd("LREM");
+    cmd.arg(queue).arg(1).arg(ticket);
+    cmd
+}
+
 /// `MGET keys…`.
 pub(crate) fn mget(keys: &[String]) -> Cmd {
     let mut cmd = redis::cmd("MGET");

@@ -189,10 +189,11 @@ pub(crate) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script {
 });
 
 /// Every script of the crate: the lock's and the fenced store's.
-fn all_scripts() -> [&'static Script; 7] {
+fn all_scripts() -> [&'static Script; 8] {
     [
         &ACQUIRE,
         &RELEASE,
+        &QUEUE,
         &EXTEND,
         &WRITE_BACK,
         &RESEED,
@@ -210,23 +211,44 @@ pub(crate) fn named_in(message: &str) -> Option<&'static Script> {
 }
 
 /// The scripts a lock's node runs, loaded by every connection's handshake.
-pub(crate) fn lock_scripts() -> [&'static Script; 5] {
-    [&ACQUIRE, &RELEASE, &EXTEND, &WRITE_BACK, &RESEED]
+pub(crate) fn lock_scripts() -> [&'static Script; 6] {
+    [&ACQUIRE, &RELEASE, &EXTEND, &WRITE_BACK, &RESEED, &QUEUE]
 }
 
 /// Delete the key only if it still holds our value, and announce it to the
 /// clients waiting for it (`notify`): a `PUBLISH` on the key's notice
-/// channel (`{key}@{db}`, `resource::notice_channel`), carrying the acquisition's public notice id (never the value,
-/// which authorises release) and how many clients are subscribed, so each
-/// can spread its retry over that many (`PUBSUB NUMSUB`; nothing is
-/// published when nobody waits). Returns 1 when deleted, 0 when absent or
-/// owned by someone else (nothing announced).
+/// channel (`{key}@{db}`, `resource::notice_channel`), carrying the
+/// acquisition's public notice id (never the value, which authorises
+/// release) and how many clients are subscribed, so each can spread its
+/// retry over that many (`PUBSUB NUMSUB`; nothing is published when nobody
+/// waits). On the resource's home node (the fair queue, `protocol::queue`)
+/// it also takes the holder's own ticket out of the wait queue when it got
+/// the lock without being named, and pops the queue's head, whose ticket
+/// the notice names (`{notice}:{clients}:{ticket}`): that waiter alone
+/// attempts next. Returns 1 when deleted, 0 when absent or owned by someone
+/// else (nothing announced, nothing popped).
 ///
-/// KEYS: lock key. ARGV: value, notice id, notice channel (pub/sub is
-/// server-wide, so the channel names the database; a script cannot read
-/// its database index, so the client passes the name).
+/// KEYS: lock key[, queue key on the home node]. ARGV: value, notice id,
+/// notice channel (pub/sub is server-wide, so the channel names the
+/// database; a script cannot read its database index, so the client passes
+/// the name)[, the holder's ticket or "" on the home node].
 pub(crate) static RELEASE: LazyLock<Script> =
     LazyLock::new(|| Script::new("release", include_str!("lua/release.lua")));
+
+/// The fair queue's look at the home node, for a waiter whose timer fired
+/// or whose named attempt failed (`protocol::queue`): skips a stale head
+/// (the ticket the waiter saw at the head last time, if it is still there
+/// and the lock key is absent: its owner did not take a free turn), puts
+/// the waiter's ticket back if it is missing (at the front when it was
+/// named and its attempt failed, else at the back: a queue emptied by a
+/// restart is rebuilt by the waiters' looks), keeps the queue key alive
+/// for the waiter's remaining wait, and returns `{head ticket or nil,
+/// PTTL of the lock key}`.
+///
+/// KEYS: lock key, queue key. ARGV: ticket, queue life ms, stale head or
+/// "", "1" to put the ticket at the front.
+pub(crate) static QUEUE: LazyLock<Script> =
+    LazyLock::new(|| Script::new("queue", include_str!("lua/queue.lua")));
 
 /// Reset the expiry only if the key still holds our value (fences never
 /// expire, so nothing else needs keeping alive). Returns
@@ -308,7 +330,11 @@ mod tests {
         assert_eq!(ACQUIRE.commands(), ["SET", "INCR", "INCRBY", "PTTL"]);
         assert_eq!(
             RELEASE.commands(),
-            ["GET", "DEL", "PUBSUB|NUMSUB", "PUBLISH"]
+            ["GET", "DEL", "LREM", "PUBSUB|NUMSUB", "LPOP", "PUBLISH"]
+        );
+        assert_eq!(
+            QUEUE.commands(),
+            ["LINDEX", "EXISTS", "LPOP", "LPOS", "LPUSH", "RPUSH", "PEXPIRE", "PTTL"]
         );
         assert_eq!(EXTEND.commands(), ["GET", "PEXPIRE"]);
         assert_eq!(WRITE_BACK.commands(), ["GET", "SET"]);

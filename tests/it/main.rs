@@ -10,6 +10,7 @@ mod basic;
 mod cancellation;
 mod contention;
 mod errors;
+mod fair;
 mod faults;
 mod fencing;
 mod hardening;

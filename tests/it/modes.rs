@@ -178,7 +178,9 @@ async fn held_is_contended(n: usize) {
     assert_eq!(q.reason, FailureReason::Contended);
     assert_eq!(q.resource, "held");
     assert_eq!(q.granted, 0, "{err}");
-    assert!(q.attempts > 1, "{err}");
+    // At least the first attempt; a fair-queue waiter then waits for its
+    // turn (the holder's release or expiry) without attempts bound to fail.
+    assert!(q.attempts >= 1, "{err}");
     assert!(q.failures.len() > n - q.quorum, "{err}");
     for f in &q.failures {
         // A waiter's retries ask for the holder's TTL in the same round

@@ -10,8 +10,7 @@ use std::time::{Duration, Instant};
 use redfence::{Client, Retry};
 
 use crate::helpers::{
-    client_with_timeout, eventually, lock_key, ms, new_client, notice_channel, secs, warm_up,
-    LOCK_KEYS,
+    eventually, lock_key, ms, new_client, notice_channel, secs, warm_up, LOCK_KEYS,
 };
 use crate::support::{Cluster, RedisServer};
 
@@ -21,6 +20,16 @@ fn pubsub_connections(node: &RedisServer) -> usize {
         .lines()
         .filter(|l| l.starts_with("id="))
         .count()
+}
+
+/// A client waiting by notification without the fair queue: every node
+/// publishes, and the clients' heads compete for each release.
+fn classic(cluster: &Cluster, node_timeout: Duration) -> Client {
+    crate::helpers::builder(cluster.urls())
+        .node_timeout(node_timeout)
+        .fair(false)
+        .build()
+        .unwrap()
 }
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
@@ -35,7 +44,9 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hundred_waiters_take_turns_on_five_nodes() {
     let cluster = Cluster::start(5);
-    let client = new_client(&cluster);
+    // The unordered competition (the fair queue subscribes on two nodes
+    // only; tests/it/fair.rs has its own form of this test).
+    let client = classic(&cluster, secs(1));
     warm_up(&client, &cluster).await;
     let first = client.acquire("sale", secs(10)).await.unwrap();
     let before = client.stats();
@@ -268,7 +279,9 @@ async fn a_crashed_holder_is_followed_at_its_ttl() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_paused_node_does_not_lose_the_release() {
     let mut cluster = Cluster::start(3);
-    let client = client_with_timeout(cluster.urls(), ms(300));
+    // Every node's copy of the notice wakes a classic waiter; the fair
+    // queue's form of this test is in tests/it/fair.rs.
+    let client = classic(&cluster, ms(300));
     warm_up(&client, &cluster).await;
     let holder = client.acquire("p", secs(30)).await.unwrap();
     let waiter = tokio::spawn({
@@ -419,6 +432,9 @@ async fn looping_clients(cluster: &Cluster, name: &str, handoffs: u32) -> Turns 
         .map(|_| {
             crate::helpers::builder(cluster.urls())
                 .node_timeout(secs(1))
+                // The bound on local handoffs is the classic competition's
+                // fairness; the fair queue has its own (tests/it/fair.rs).
+                .fair(false)
                 .max_local_handoffs(handoffs)
                 .build()
                 .unwrap()

@@ -1,0 +1,334 @@
+//! One hot lock: K clients × T tasks on one resource, with the fair queue
+//! (the default) and without it (`fair(false)`: the clients' heads compete
+//! for each release), against one task back to back on the same nodes.
+//!
+//! `cargo bench --bench hot` starts 5 lock nodes and a data node. Every
+//! task loops: acquire (fenced, the default), a `GET` and a `SET` on the
+//! data node inside the lock, release. Measured per row, in the window
+//! only (`REDFENCE_BENCH_SECS`, default 3 s, after 0.5 s of warm-up):
+//! - acquisitions per second, and ÷ the 1 × 1 row (target ≥ 0.9×);
+//! - Redis commands per acquisition over the 5 lock nodes, from
+//!   `INFO commandstats` (every command counted, including those a script
+//!   runs), and ÷ the 1 × 1 row (target ≤ 1.1×);
+//! - attempts (quorum rounds) per acquisition;
+//! - fairness over the K clients (equal demand: T tasks each): Jain's
+//!   index of their acquisition counts;
+//! - order: a grant *overtook* a waiter that called `acquire` more than
+//!   2 ms earlier and still waits (arrivals closer than that may join the
+//!   queue in either order); the share of grants that overtook anyone, and
+//!   the most waiters one grant overtook;
+//! - each acquisition's wait, p50 and p99, against the queue's bound: the
+//!   waiters ahead (K × T − 1) × the mean handoff (1 ÷ acquisitions/s).
+//!
+//! Mutual exclusion is checked in every row (an overlap exits 1).
+//! `REDFENCE_BENCH_ROWS=smoke` runs three small rows (CI).
+
+#[path = "common/mod.rs"]
+mod common;
+#[path = "../tests/support/process.rs"]
+mod process;
+#[path = "../tests/support/server.rs"]
+mod server;
+
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use redfence::{Client, Retry};
+use server::RedisServer;
+
+const NODES: usize = 5;
+const TTL: Duration = Duration::from_secs(10);
+const WARM: Duration = Duration::from_millis(500);
+/// Arrivals closer than this may join the queue in either order.
+const SAME_ARRIVAL: Duration = Duration::from_millis(2);
+
+struct Row {
+    clients: usize,
+    tasks: usize,
+    fair: bool,
+    secs: f64,
+    acquisitions: u64,
+    commands: u64,
+    attempts: u64,
+    per_client: Vec<u64>,
+    overtaking: u64,
+    most_overtaken: u64,
+    waits: Vec<Duration>,
+    overlaps: u64,
+    errors: u64,
+}
+
+impl Row {
+    fn rate(&self) -> f64 {
+        self.acquisitions as f64 / self.secs
+    }
+    fn per_acq(&self, n: u64) -> f64 {
+        n as f64 / self.acquisitions.max(1) as f64
+    }
+}
+
+fn main() {
+    let secs = match common::preflight(3.0) {
+        Ok(secs) if secs > 0.0 => secs,
+        Ok(_) => {
+            eprintln!("REDFENCE_BENCH_SECS=0: this bench needs a window above 0 s (e.g. 0.5)");
+            std::process::exit(2);
+        }
+        Err(code) => std::process::exit(code),
+    };
+    let smoke = std::env::var("REDFENCE_BENCH_ROWS").is_ok_and(|r| r == "smoke");
+    let nodes: Vec<RedisServer> = (0..NODES).map(|_| RedisServer::start()).collect();
+    let data = RedisServer::start();
+    let urls: Vec<String> = nodes.iter().map(RedisServer::url).collect();
+    let rt = common::runtime();
+    let started = Instant::now();
+    let shapes: &[(usize, usize)] = if smoke {
+        &[(2, 4), (8, 4)]
+    } else {
+        &[(2, 4), (2, 250), (8, 4), (8, 125), (32, 2), (32, 31)]
+    };
+    let mut rows = vec![rt.block_on(contend(&nodes, &urls, &data, 1, 1, true, secs))];
+    for &(k, t) in shapes {
+        for fair in [true, false] {
+            rows.push(rt.block_on(contend(&nodes, &urls, &data, k, t, fair, secs)));
+        }
+    }
+    drop(rt);
+    report(&rows, secs);
+    let keys: usize = nodes.iter().map(|n| n.count_keys("redfence:lock:*")).sum();
+    println!("\nlock keys left on the nodes: {keys}");
+    println!("load average: {}", common::loadavg());
+    println!("bench wall time: {:.1} s", started.elapsed().as_secs_f64());
+    if rows.iter().any(|r| r.overlaps > 0 || r.errors > 0) || keys > 0 {
+        println!(
+            "\nINVARIANT BROKEN: overlapping holders, failed acquisitions or keys left (exit 1)"
+        );
+        std::process::exit(1);
+    }
+}
+
+fn builder(urls: &[String]) -> redfence::Builder {
+    Client::builder(urls.iter().cloned()).restart_guard(redfence::RestartGuard::off())
+}
+
+fn reset_stats(nodes: &[RedisServer]) {
+    for node in nodes {
+        node.cli(&["CONFIG", "RESETSTAT"]);
+    }
+}
+
+/// Every command call on a node since the last `CONFIG RESETSTAT`, minus
+/// that `CONFIG`.
+fn command_calls(node: &RedisServer) -> u64 {
+    let info = node.cli(&["INFO", "commandstats"]);
+    let total: u64 = info
+        .lines()
+        .filter_map(|l| {
+            l.split_once(":calls=")?
+                .1
+                .split(',')
+                .next()?
+                .parse::<u64>()
+                .ok()
+        })
+        .sum();
+    total.saturating_sub(1)
+}
+
+/// Waiters that called `acquire` and have not got it, by arrival.
+type Waiting = Arc<Mutex<BTreeSet<(Instant, usize)>>>;
+
+#[allow(clippy::too_many_arguments)]
+async fn contend(
+    nodes: &[RedisServer],
+    urls: &[String],
+    data: &RedisServer,
+    clients: usize,
+    tasks: usize,
+    fair: bool,
+    secs: f64,
+) -> Row {
+    let clients_v: Vec<Client> = (0..clients)
+        .map(|_| builder(urls).fair(fair).build().expect("client"))
+        .collect();
+    for client in &clients_v {
+        for _ in 0..3 {
+            let g = client.acquire("warm", TTL).await.expect("warm-up");
+            g.release().await;
+        }
+    }
+    let data_client = redis::Client::open(data.url()).expect("data url");
+    let data_conn = data_client
+        .get_multiplexed_async_connection()
+        .await
+        .expect("data node");
+    let resource = format!("hot-{clients}x{tasks}-{fair}");
+    let inside = Arc::new(AtomicBool::new(false));
+    let overlaps = Arc::new(AtomicU64::new(0));
+    let errors = Arc::new(AtomicU64::new(0));
+    let measuring = Arc::new(AtomicBool::new(false));
+    let stop = Arc::new(AtomicBool::new(false));
+    let counts: Arc<Vec<AtomicU64>> = Arc::new((0..clients).map(|_| AtomicU64::new(0)).collect());
+    let waiting: Waiting = Arc::default();
+    let order = Arc::new((AtomicU64::new(0), AtomicU64::new(0)));
+    let waits: Arc<Mutex<Vec<Duration>>> = Arc::default();
+    let mut handles = Vec::new();
+    for w in 0..clients * tasks {
+        let c = w % clients;
+        let client = clients_v[c].clone();
+        let mut conn = data_conn.clone();
+        let (resource, inside, overlaps, errors, measuring, stop, counts, waiting, order, waits) = (
+            resource.clone(),
+            inside.clone(),
+            overlaps.clone(),
+            errors.clone(),
+            measuring.clone(),
+            stop.clone(),
+            counts.clone(),
+            waiting.clone(),
+            order.clone(),
+            waits.clone(),
+        );
+        handles.push(tokio::spawn(async move {
+            while !stop.load(Ordering::Relaxed) {
+                let arrived = Instant::now();
+                waiting.lock().unwrap().insert((arrived, w));
+                let acquired = client
+                    .lock(&resource, TTL)
+                    .retry(Retry::new().with_max_wait(Duration::from_secs(60)))
+                    .acquire()
+                    .await;
+                let granted = Instant::now();
+                let overtaken = {
+                    let mut waiting = waiting.lock().unwrap();
+                    waiting.remove(&(arrived, w));
+                    waiting
+                        .iter()
+                        .take_while(|(t, _)| *t + SAME_ARRIVAL < arrived)
+                        .count() as u64
+                };
+                let guard = match acquired {
+                    Ok(guard) => guard,
+                    Err(_) => {
+                        errors.fetch_add(1, Ordering::Relaxed);
+                        continue;
+                    }
+                };
+                if inside.swap(true, Ordering::SeqCst) {
+                    overlaps.fetch_add(1, Ordering::Relaxed);
+                }
+                if measuring.load(Ordering::Relaxed) {
+                    counts[c].fetch_add(1, Ordering::Relaxed);
+                    waits.lock().unwrap().push(granted - arrived);
+                    if overtaken > 0 {
+                        order.0.fetch_add(1, Ordering::Relaxed);
+                        order.1.fetch_max(overtaken, Ordering::Relaxed);
+                    }
+                }
+                let stock: Option<i64> = redis::cmd("GET")
+                    .arg("stock")
+                    .query_async(&mut conn)
+                    .await
+                    .unwrap_or(None);
+                let _: Result<(), _> = redis::cmd("SET")
+                    .arg("stock")
+                    .arg(stock.unwrap_or(0) + 1)
+                    .query_async(&mut conn)
+                    .await;
+                inside.store(false, Ordering::SeqCst);
+                guard.release().await;
+            }
+        }));
+    }
+    tokio::time::sleep(WARM).await;
+    let stats_before: Vec<_> = clients_v.iter().map(Client::stats).collect();
+    reset_stats(nodes);
+    measuring.store(true, Ordering::SeqCst);
+    let begun = Instant::now();
+    tokio::time::sleep(Duration::from_secs_f64(secs)).await;
+    measuring.store(false, Ordering::SeqCst);
+    let span = begun.elapsed().as_secs_f64();
+    let commands: u64 = nodes.iter().map(command_calls).sum();
+    let attempts: u64 = clients_v
+        .iter()
+        .zip(&stats_before)
+        .map(|(c, b)| c.stats().attempts - b.attempts)
+        .sum();
+    stop.store(true, Ordering::SeqCst);
+    for h in handles {
+        let _ = tokio::time::timeout(Duration::from_secs(90), h).await;
+    }
+    let per_client: Vec<u64> = counts.iter().map(|c| c.load(Ordering::Relaxed)).collect();
+    let mut waits = std::mem::take(&mut *waits.lock().unwrap());
+    waits.sort();
+    Row {
+        clients,
+        tasks,
+        fair,
+        secs: span,
+        acquisitions: per_client.iter().sum(),
+        commands,
+        attempts,
+        per_client,
+        overtaking: order.0.load(Ordering::Relaxed),
+        most_overtaken: order.1.load(Ordering::Relaxed),
+        waits,
+        overlaps: overlaps.load(Ordering::Relaxed),
+        errors: errors.load(Ordering::Relaxed),
+    }
+}
+
+fn jain(counts: &[u64]) -> f64 {
+    let sum: f64 = counts.iter().map(|&c| c as f64).sum();
+    let squares: f64 = counts.iter().map(|&c| (c as f64).powi(2)).sum();
+    if squares == 0.0 {
+        return 1.0;
+    }
+    sum * sum / (counts.len() as f64 * squares)
+}
+
+fn pct(sorted: &[Duration], p: f64) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i.min(sorted.len() - 1)]
+}
+
+fn report(rows: &[Row], secs: f64) {
+    let base = &rows[0];
+    let (base_rate, base_cmds) = (base.rate(), base.per_acq(base.commands));
+    println!(
+        "\nOne hot lock: K clients x T tasks, each acquire + GET + SET on a data node + release; \
+         5 lock nodes, fenced, {secs:.1} s windows. Ratios are to the 1 x 1 row \
+         (one task back to back) of this run."
+    );
+    println!(
+        "\n| clients x tasks | queue | acq/s | / 1x1 | cmds/acq | / 1x1 | attempts/acq | Jain (clients) | grants that overtook | most overtaken | wait p50 ms | p99 ms | bound ms | overlaps |"
+    );
+    println!("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for r in rows {
+        let ahead = (r.clients * r.tasks).saturating_sub(1) as f64;
+        let bound = ahead / r.rate().max(1e-9) * 1000.0;
+        println!(
+            "| {} x {} | {} | {:.0} | {:.2}x | {:.1} | {:.2}x | {:.2} | {:.3} | {:.1} % | {} | {:.2} | {:.2} | {:.1} | {} |",
+            r.clients,
+            r.tasks,
+            if r.fair { "fair" } else { "off" },
+            r.rate(),
+            r.rate() / base_rate,
+            r.per_acq(r.commands),
+            r.per_acq(r.commands) / base_cmds,
+            r.per_acq(r.attempts),
+            jain(&r.per_client),
+            100.0 * r.per_acq(r.overtaking),
+            r.most_overtaken,
+            pct(&r.waits, 0.5).as_secs_f64() * 1000.0,
+            pct(&r.waits, 0.99).as_secs_f64() * 1000.0,
+            bound,
+            r.overlaps,
+        );
+    }
+}

@@ -1,0 +1,395 @@
+//! Waiting in the fair queue: a blocking acquire on a busy lock takes a
+//! ticket in the resource's queue on its home node and attempts only when
+//! a release names its ticket (or, as the first waiter of its client, when
+//! its timer finds it at the head of the queue with the lock free).
+//!
+//! Across processes, grants then follow the queue's order, and one release
+//! costs one attempt however many clients and tasks wait: the others send
+//! nothing until their turn. The queue only orders who tries. The attempt
+//! is the usual quorum round, so mutual exclusion and token order never
+//! depend on it; a queue that is lost (home restarted empty), unreachable
+//! or wrong (a ticket whose owner died) costs order and time, bounded by
+//! the first waiter's timer, never safety. DESIGN.md, section 2, "Fair
+//! queue", has the argument and the failure cases.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::failure::{FailureReason, QuorumFailure};
+use crate::notify::{free_in, Place};
+use crate::protocol::attempt::attempt;
+use crate::protocol::queue::{self, Look};
+use crate::protocol::shared::{Grant, Shared, Target};
+use crate::resource::push_hex;
+use crate::retry::{jitter, Retry};
+use crate::validity::later;
+
+/// Spread of the retries of waiters that wake on a holder's TTL running
+/// out: they all computed about the same instant.
+pub(crate) const EXPIRY_SPREAD: Duration = Duration::from_millis(5);
+
+/// True when the permanent failures (auth, replica, duplicate server) alone
+/// rule out a majority: waiting cannot help.
+pub(crate) fn hopeless(failure: &QuorumFailure) -> bool {
+    let permanent = failure
+        .failures
+        .iter()
+        .filter(|f| f.kind.is_permanent())
+        .count();
+    permanent > failure.nodes - failure.quorum
+}
+
+pub(crate) fn log_failure(attempts: u32, failure: &QuorumFailure) {
+    tracing::debug!(
+        attempts,
+        granted = failure.granted,
+        quorum = failure.quorum,
+        reason = %failure.reason,
+        "attempt failed"
+    );
+}
+
+/// What the waiter does next.
+enum Next {
+    /// Send an attempt now.
+    Attempt,
+    /// Wait for a release naming this ticket; as the client's first
+    /// waiter, look at the queue at this instant.
+    Wait(Instant),
+    /// The home node did not answer: go on as a classic waiter.
+    HomeLost,
+}
+
+/// A fair-queue waiter: its ticket, and where it stands.
+struct Waiter<'a> {
+    shared: &'a Arc<Shared>,
+    target: &'a Target,
+    retry: &'a Retry,
+    deadline: Instant,
+    ticket: Arc<str>,
+    /// The ticket may be in the home node's queue (joined, and not popped
+    /// by a release naming it since).
+    queued: bool,
+    /// A release named this ticket (popping it) since it last joined.
+    named: bool,
+    /// The head seen with the lock free at the last look: skipped at the
+    /// next look if still there (its owner let a free turn pass).
+    stale: Option<String>,
+    /// The last look found this ticket at the head with the lock held on
+    /// the home node: the timer then sends an attempt, not another look
+    /// (the home's key may be one the quorum has released or never had:
+    /// one node's view never keeps the head from trying).
+    attempt_on_timer: bool,
+    /// Put back at the front of the queue after its named attempt failed:
+    /// it keeps its own timers even when other waiters of its client
+    /// joined before it.
+    front: bool,
+    attempts: u32,
+}
+
+/// How a fair wait ended.
+pub(crate) enum Fair {
+    /// Granted, or failed with the last attempt's failure.
+    Done(Result<(Grant, u32), QuorumFailure>),
+    /// The home node did not answer (down, paused, slow): the queue was
+    /// widened to the classic competition, and the caller goes on waiting
+    /// that way after `attempts` attempts, until `deadline`.
+    Classic { attempts: u32, deadline: Instant },
+}
+
+/// Acquires through the fair queue; see the module docs.
+pub(crate) async fn wait_fair(shared: &Arc<Shared>, target: &Target, retry: &Retry) -> Fair {
+    match fair_wait(shared, target, retry).await {
+        Ok(done) => Fair::Done(done),
+        Err(HomeLost { attempts, deadline }) => Fair::Classic { attempts, deadline },
+    }
+}
+
+/// The home node did not answer a join or a look.
+struct HomeLost {
+    attempts: u32,
+    deadline: Instant,
+}
+
+async fn fair_wait(
+    shared: &Arc<Shared>,
+    target: &Target,
+    retry: &Retry,
+) -> Result<Result<(Grant, u32), QuorumFailure>, HomeLost> {
+    let started = Instant::now();
+    let mut ticket = String::with_capacity(16);
+    push_hex(&mut ticket, u128::from(rand::random::<u64>()), 16);
+    let ticket: Arc<str> = ticket.into();
+    let (place, busy) = shared.waits.join_fair(
+        &shared.nodes,
+        &target.key,
+        target.home.index,
+        ticket.clone(),
+    );
+    let mut waiter = Waiter {
+        shared,
+        target,
+        retry,
+        deadline: retry.deadline(started),
+        ticket,
+        queued: false,
+        named: false,
+        stale: None,
+        attempt_on_timer: false,
+        front: false,
+        attempts: 0,
+    };
+    // A busy resource (this client's tasks wait for it, or the last
+    // release named a waiter): join the queue instead of sending an
+    // attempt that would fail on every node.
+    let mut next = if busy {
+        match queue::join(shared, target, &waiter.ticket, waiter.life()).await {
+            Some(look) => {
+                waiter.queued = true;
+                waiter.after_look(&look)
+            }
+            None => Next::HomeLost,
+        }
+    } else {
+        Next::Attempt
+    };
+    let mut last: Option<QuorumFailure> = None;
+    // Dropped mid-wait (cancelled), the waiter takes its ticket out of the
+    // queue, so that no release names a ticket nobody holds.
+    let mut leave = Leave {
+        shared,
+        target,
+        ticket: Some(waiter.ticket.clone()),
+    };
+    loop {
+        if let Next::Wait(at) = next {
+            next = waiter.wait(&place, at).await;
+            if matches!(next, Next::Wait(_)) && last.is_some() {
+                // The deadline passed while waiting.
+                leave.ticket = None;
+                return Ok(Err(waiter.give_up(last, started)));
+            }
+        }
+        if let Next::HomeLost = next {
+            place.widen();
+            return Err(HomeLost {
+                attempts: waiter.attempts,
+                deadline: waiter.deadline,
+            });
+        }
+        waiter.attempts += 1;
+        // With fencing the script reads the holder's TTL only when it
+        // refuses, so a first attempt that may be followed by another asks
+        // at no cost when granted.
+        let probe = waiter.attempts > 1
+            || waiter.queued
+            || (target.fence.is_some() && retry.allows_another(waiter.attempts));
+        match attempt(shared, target, probe).await {
+            Ok(mut grant) => {
+                leave.ticket = None;
+                if waiter.queued {
+                    // Granted while its ticket is still in the queue (the
+                    // head's look found the lock free): the release takes
+                    // it out.
+                    grant.held.ticket = Some(waiter.ticket.clone());
+                }
+                place.acquired(grant.held.expires_at);
+                return Ok(Ok((grant, waiter.attempts)));
+            }
+            Err(failure) => {
+                log_failure(waiter.attempts, &failure);
+                let now = Instant::now();
+                if hopeless(&failure)
+                    || !retry.allows_another(waiter.attempts)
+                    || now >= waiter.deadline
+                {
+                    leave.ticket = None;
+                    return Ok(Err(waiter.give_up(Some(failure), started)));
+                }
+                // Into the queue, or back to its front when a release
+                // named this ticket and the attempt still failed (the lock
+                // was taken in between): it keeps its turn.
+                let mut from_look = None;
+                if !waiter.queued {
+                    waiter.front = waiter.named;
+                    let look = if waiter.named {
+                        queue::look(shared, target, &waiter.ticket, waiter.life(), None, true).await
+                    } else {
+                        queue::join(shared, target, &waiter.ticket, waiter.life()).await
+                    };
+                    let Some(look) = look else {
+                        last = Some(failure);
+                        next = Next::HomeLost;
+                        continue;
+                    };
+                    waiter.queued = true;
+                    from_look = Some(waiter.after_look(&look));
+                }
+                waiter.named = false;
+                // Never straight back: the attempt just failed, so wait for
+                // a release, the holder's expiry or the fallback pause.
+                let expiry = match failure.reason {
+                    FailureReason::Contended => free_in(
+                        failure.nodes,
+                        failure.quorum,
+                        failure.granted,
+                        &failure.failures,
+                    )
+                    .map(|d| later(now, d.saturating_add(jitter(EXPIRY_SPREAD)))),
+                    _ => None,
+                };
+                let fallback = waiter.fallback(now);
+                let from_look = match from_look {
+                    Some(Next::Wait(at)) => at,
+                    _ => fallback,
+                };
+                next = Next::Wait(
+                    expiry
+                        .map_or(fallback, |e| e.min(fallback))
+                        .min(from_look.max(now))
+                        .min(waiter.deadline),
+                );
+                last = Some(failure);
+            }
+        }
+    }
+}
+
+/// See `wait_fair`: takes the ticket out of the queue when dropped armed.
+struct Leave<'a> {
+    shared: &'a Arc<Shared>,
+    target: &'a Target,
+    ticket: Option<Arc<str>>,
+}
+
+impl Drop for Leave<'_> {
+    fn drop(&mut self) {
+        if let Some(ticket) = self.ticket.take() {
+            queue::leave(self.shared, self.target, &ticket);
+        }
+    }
+}
+
+impl Waiter<'_> {
+    /// How long the queue key should outlive this waiter's look: until its
+    /// deadline, plus a TTL.
+    fn life(&self) -> Duration {
+        self.deadline
+            .saturating_duration_since(Instant::now())
+            .saturating_add(self.target.ttl.duration())
+    }
+
+    /// The retry policy's jittered pause from `now`: the first waiter's
+    /// timer when nothing more precise is known.
+    fn fallback(&self, now: Instant) -> Instant {
+        later(now, self.retry.pause(self.attempts.max(1), jitter))
+    }
+
+    /// What a join's or look's answer means: attempt when this ticket is
+    /// the head and the lock is free on the home node, else wait (with a
+    /// timer at the holder's expiry or the fallback, or a turn window when
+    /// another head lets the free lock wait).
+    fn after_look(&mut self, look: &Look) -> Next {
+        let now = Instant::now();
+        let free = look.held_for == Some(Duration::ZERO);
+        self.attempt_on_timer = look.head;
+        if look.head && free {
+            self.stale = None;
+            return Next::Attempt;
+        }
+        let at = if free {
+            // Another ticket's turn and the lock is free: give its owner a
+            // turn window (a healthy one attempts within a round trip of
+            // its notice), then skip it.
+            self.stale = look.head_ticket.clone();
+            later(now, self.shared.config.node_timeout)
+        } else {
+            self.stale = None;
+            let expiry = look
+                .held_for
+                .map(|d| later(now, d.saturating_add(jitter(EXPIRY_SPREAD))));
+            let fallback = self.fallback(now);
+            expiry.map_or(fallback, |e| e.min(fallback))
+        };
+        Next::Wait(at.min(self.deadline))
+    }
+
+    /// Waits until a release names this ticket (attempt), or, as the
+    /// client's first waiter, until `at` (look at the queue), or until the
+    /// deadline (returns `Wait`).
+    async fn wait(&mut self, place: &Place, mut at: Instant) -> Next {
+        let mut first = self.front || place.is_first();
+        loop {
+            if place.take_named() {
+                self.named = true;
+                self.queued = false;
+                self.stale = None;
+                self.attempt_on_timer = false;
+                return Next::Attempt;
+            }
+            let now = Instant::now();
+            if now >= self.deadline {
+                return Next::Wait(self.deadline);
+            }
+            let is_first = self.front || place.is_first();
+            if is_first && !first {
+                // Just became the client's first waiter: its timer starts
+                // now (the one computed when it joined may be long past).
+                at = self.fallback(now).min(self.deadline);
+            }
+            first = is_first;
+            let at_or_look = place.look_at().map_or(at, |l| l.min(at));
+            if first && now >= at && self.attempt_on_timer {
+                self.attempt_on_timer = false;
+                return Next::Attempt;
+            }
+            if first && now >= at_or_look {
+                place.looked();
+                let look = queue::look(
+                    self.shared,
+                    self.target,
+                    &self.ticket,
+                    self.life(),
+                    self.stale.as_deref(),
+                    false,
+                )
+                .await;
+                match look {
+                    Some(look) => {
+                        self.queued = true;
+                        match self.after_look(&look) {
+                            Next::Wait(next) => at = next,
+                            other => return other,
+                        }
+                    }
+                    None => return Next::HomeLost,
+                }
+                continue;
+            }
+            let until = if first { at_or_look } else { self.deadline };
+            place.wait(until.min(self.deadline)).await;
+        }
+    }
+
+    /// The failure to report once waiting ends: the last attempt's (made
+    /// now if none was).
+    fn give_up(&self, last: Option<QuorumFailure>, started: Instant) -> QuorumFailure {
+        if self.queued {
+            queue::leave(self.shared, self.target, &self.ticket);
+        }
+        let mut failure = last.unwrap_or_else(|| QuorumFailure {
+            phase: crate::failure::Phase::Acquire,
+            resource: self.target.resource.to_string(),
+            reason: FailureReason::Contended,
+            granted: 0,
+            quorum: crate::quorum::quorum(self.shared.nodes.len()),
+            nodes: self.shared.nodes.len(),
+            attempts: 0,
+            elapsed: Duration::ZERO,
+            failures: Vec::new(),
+        });
+        failure.attempts = self.attempts;
+        failure.elapsed = started.elapsed();
+        failure
+    }
+}

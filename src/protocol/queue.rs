@@ -1,0 +1,142 @@
+//! The fair queue's requests to a resource's home node: join the queue,
+//! look at it (when a waiter's timer fires or its named attempt failed),
+//! leave it. One node, one round trip each, bounded by the node timeout.
+//!
+//! The queue is a hint that orders who tries; it never decides who holds.
+//! A reply that does not come (home down, paused, slow) is `None`, and the
+//! waiter falls back to attempting on its own timers: the quorum decides as
+//! always. See DESIGN.md, section 2, "Fair queue".
+
+use std::time::Duration;
+
+use redis::Value;
+
+use crate::node::Settled;
+use crate::protocol::shared::{Shared, Target};
+use crate::wire::commands::{enqueue, lrem};
+use crate::wire::scripts::QUEUE;
+
+/// What the home node said about the queue and the lock.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Look {
+    /// Whether the waiter's ticket is at the head of the queue.
+    pub(crate) head: bool,
+    /// The head's ticket (a look only).
+    pub(crate) head_ticket: Option<String>,
+    /// The lock key's remaining TTL on the home node: `Some(ZERO)` when
+    /// absent (free there), `None` for a key without expiry.
+    pub(crate) held_for: Option<Duration>,
+}
+
+/// Appends `ticket` to the queue (`RPUSH`, keeping the queue key alive for
+/// `life`) and reads the lock's `PTTL`, pipelined: the join of a waiter
+/// that arrives at a busy resource, instead of an attempt bound to fail.
+pub(crate) async fn join(
+    shared: &Shared,
+    target: &Target,
+    ticket: &str,
+    life: Duration,
+) -> Option<Look> {
+    let node = shared.nodes.get(target.home.index)?;
+    let pipe = enqueue(&target.home.queue, ticket, life_ms(life), &target.key);
+    let reply = bounded(shared, node.run_pipeline(&pipe, &Settled::NEVER, None)).await?;
+    let Value::Array(items) = reply else {
+        return None;
+    };
+    match items.as_slice() {
+        [Value::Int(len), _, pttl] => Some(Look {
+            head: *len == 1,
+            head_ticket: None,
+            held_for: held_for(pttl)?,
+        }),
+        _ => None,
+    }
+}
+
+/// Looks at the queue: skips `stale` if it is still the head while the
+/// lock is free (its owner let a free turn pass), puts `ticket` back if it
+/// is missing (at the front with `front`: it was named and its attempt
+/// failed), and returns the head and the lock's `PTTL`.
+pub(crate) async fn look(
+    shared: &Shared,
+    target: &Target,
+    ticket: &str,
+    life: Duration,
+    stale: Option<&str>,
+    front: bool,
+) -> Option<Look> {
+    let node = shared.nodes.get(target.home.index)?;
+    let life = life_ms(life).to_string();
+    let args: [&[u8]; 4] = [
+        ticket.as_bytes(),
+        life.as_bytes(),
+        stale.unwrap_or("").as_bytes(),
+        if front { b"1" } else { b"" },
+    ];
+    let keys: [&str; 2] = [&target.key, &target.home.queue];
+    let reply = bounded(
+        shared,
+        node.run_script(&QUEUE, &keys, &args, &Settled::NEVER, true, None),
+    )
+    .await?;
+    let Value::Array(items) = reply else {
+        return None;
+    };
+    match items.as_slice() {
+        [head, pttl] => {
+            let head_ticket = match head {
+                Value::BulkString(b) => String::from_utf8(b.clone()).ok(),
+                _ => None,
+            };
+            Some(Look {
+                head: head_ticket.as_deref() == Some(ticket),
+                head_ticket,
+                held_for: held_for(pttl)?,
+            })
+        }
+        _ => None,
+    }
+}
+
+/// Takes `ticket` out of the queue, in the background: a waiter that gave
+/// up. Best effort: a ticket left behind is skipped when its turn comes.
+pub(crate) fn leave(shared: &std::sync::Arc<Shared>, target: &Target, ticket: &str) {
+    let Ok(handle) = tokio::runtime::Handle::try_current() else {
+        return;
+    };
+    let Some(node) = shared.nodes.get(target.home.index).cloned() else {
+        return;
+    };
+    let cmd = lrem(&target.home.queue, ticket);
+    let timeout = shared.config.node_timeout;
+    handle.spawn(async move {
+        let _ = tokio::time::timeout(timeout, node.run_command(&cmd, &Settled::NEVER, None)).await;
+    });
+}
+
+async fn bounded<F>(shared: &Shared, request: F) -> Option<Value>
+where
+    F: std::future::Future<Output = Result<Value, crate::failure::NodeErrorKind>>,
+{
+    match tokio::time::timeout(shared.config.node_timeout, request).await {
+        Ok(Ok(value)) => Some(value),
+        _ => None,
+    }
+}
+
+/// At least a second: the key outlives a wait that is about to end anyway.
+fn life_ms(life: Duration) -> u64 {
+    u64::try_from(life.as_millis())
+        .unwrap_or(u64::MAX)
+        .max(1_000)
+}
+
+/// A `PTTL` reply: -2 (absent) is free now, -1 never frees.
+fn held_for(pttl: &Value) -> Option<Option<Duration>> {
+    match pttl {
+        Value::Int(-2) => Some(Some(Duration::ZERO)),
+        Value::Int(-1) => Some(None),
+        Value::Int(ms) if *ms >= 0 => Some(Some(Duration::from_millis(ms.unsigned_abs()))),
+        _ => None,
+    }
+}

@@ -1,0 +1,672 @@
+//! The fair queue (issue 16): waiters of several clients and processes get
+//! a hot lock in arrival order, one release costs one attempt however many
+//! wait, and the queue's failures (a cancelled or killed waiter, its home
+//! node restarted empty or paused) cost order and time, never safety.
+//!
+//! The multi-process tests run this test binary again as worker processes
+//! (`fair::worker`, which does nothing unless `REDFENCE_FAIR_WORKER` is
+//! set); each worker prints one line per grant on a clock shared by the
+//! processes (`CLOCK_MONOTONIC`), and the test checks the merged history.
+
+use std::collections::BTreeSet;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use redfence::{Client, Retry};
+
+use crate::helpers::{eventually, ms, secs, warm_up};
+use crate::support::Cluster;
+
+/// The fair queue's key of `resource` under the default prefix.
+fn queue_key(resource: &str) -> String {
+    format!("{}queue:{resource}", redfence::limits::DEFAULT_PREFIX)
+}
+
+/// Tickets in `resource`'s queue, summed over the nodes (only its home
+/// node keeps one).
+fn queued(cluster: &Cluster, resource: &str) -> usize {
+    cluster
+        .nodes
+        .iter()
+        .map(|n| {
+            n.cli(&["LLEN", &queue_key(resource)])
+                .parse::<usize>()
+                .unwrap_or(0)
+        })
+        .sum()
+}
+
+/// The index of `resource`'s home node: the one that holds its queue.
+fn home_of(cluster: &Cluster, resource: &str) -> Option<usize> {
+    cluster
+        .nodes
+        .iter()
+        .position(|n| n.cli(&["EXISTS", &queue_key(resource)]).trim() == "1")
+}
+
+fn client(cluster: &Cluster, fair: bool) -> Client {
+    crate::helpers::builder(cluster.urls())
+        .node_timeout(secs(1))
+        .fair(fair)
+        .build()
+        .unwrap()
+}
+
+/// A policy whose fallback (10 s) is far beyond the handoffs: a waiter
+/// that gets the lock promptly was named by a release, not its timer.
+fn patient() -> Retry {
+    Retry::new()
+        .with_delay(secs(10))
+        .with_jitter(Duration::ZERO)
+        .with_max_jitter(Duration::ZERO)
+        .with_max_wait(secs(60))
+}
+
+/// One grant in a history: when its waiter called `acquire`, when it got
+/// the lock, when it started its release (all on one clock), its token and
+/// who it was.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Grant {
+    arrived: u64,
+    granted: u64,
+    released: u64,
+    token: u64,
+    who: u64,
+}
+
+/// The grants (in grant order) that overtook a waiter which called
+/// `acquire` more than `margin` ns before them and was still waiting:
+/// `(grant index, waiters overtaken)`. Arrivals closer than the margin may
+/// join the queue in either order (each is a round trip to the home node).
+fn overtakes(history: &[Grant], margin: u64) -> Vec<(usize, usize)> {
+    let mut grants = history.to_vec();
+    grants.sort_by_key(|g| g.granted);
+    let mut out = Vec::new();
+    for (i, g) in grants.iter().enumerate() {
+        let overtaken = grants[i + 1..]
+            .iter()
+            .filter(|w| w.arrived + margin < g.arrived && w.arrived < g.granted)
+            .count();
+        if overtaken > 0 {
+            out.push((i, overtaken));
+        }
+    }
+    out
+}
+
+/// Mutual exclusion (each grant after the previous holder's release) and
+/// token order (strictly increasing in grant order): the violations.
+fn exclusion_and_order(history: &[Grant]) -> (usize, usize) {
+    let mut grants = history.to_vec();
+    grants.sort_by_key(|g| g.granted);
+    let overlaps = grants
+        .windows(2)
+        .filter(|w| w[1].granted < w[0].released)
+        .count();
+    let disorder = grants
+        .windows(2)
+        .filter(|w| w[1].token <= w[0].token)
+        .count();
+    (overlaps, disorder)
+}
+
+/// The checkers see what they check: a swapped pair of grants, an overlap
+/// and a token out of order, in a made-up history.
+#[test]
+fn the_history_checkers_see_violations() {
+    let g = |arrived, granted, released, token| Grant {
+        arrived,
+        granted,
+        released,
+        token,
+        who: 0,
+    };
+    let ms = 1_000_000;
+    let good = [g(0, 10 * ms, 11 * ms, 1), g(1 * ms, 12 * ms, 13 * ms, 2)];
+    assert!(overtakes(&good, 2 * ms).is_empty());
+    assert_eq!(exclusion_and_order(&good), (0, 0));
+    // The second arrival (50 ms later) is granted first.
+    let swapped = [g(0, 12 * ms, 13 * ms, 2), g(50 * ms, 10 * ms, 11 * ms, 1)];
+    assert_eq!(overtakes(&swapped, 2 * ms), [(0, 1)]);
+    // Within the margin, either order passes.
+    let close = [g(0, 12 * ms, 13 * ms, 2), g(1 * ms, 10 * ms, 11 * ms, 1)];
+    assert!(overtakes(&close, 2 * ms).is_empty());
+    let overlap = [g(0, 10 * ms, 15 * ms, 1), g(1 * ms, 12 * ms, 16 * ms, 2)];
+    assert_eq!(exclusion_and_order(&overlap), (1, 0));
+    let tokens = [g(0, 10 * ms, 11 * ms, 5), g(1 * ms, 12 * ms, 13 * ms, 5)];
+    assert_eq!(exclusion_and_order(&tokens), (0, 1));
+}
+
+/// Nanoseconds on `CLOCK_MONOTONIC`, one clock for every process here.
+fn now_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes the struct we pass and nothing else.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    (ts.tv_sec as u64) * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// 12 waiters of 4 clients join one after another (each once the previous
+/// is in the queue) while the lock is held: with the fair queue they get
+/// it exactly in that order. The control: without it (the classic
+/// competition between clients' heads), the same arrivals are served out
+/// of order in at least one of three runs, so the order check can fail.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_of_several_clients_get_the_lock_in_arrival_order() {
+    let cluster = Cluster::start(3);
+    let fair = arrival_order(&cluster, "order-fair", true).await;
+    assert_eq!(fair, (0..12).collect::<Vec<_>>(), "grant order (fair)");
+    let mut classic = Vec::new();
+    for run in 0..3 {
+        classic = arrival_order(&cluster, &format!("order-classic-{run}"), false).await;
+        if classic != (0..12).collect::<Vec<_>>() {
+            break;
+        }
+    }
+    println!("grant order: fair {fair:?}, classic {classic:?}");
+    assert_ne!(
+        classic,
+        (0..12).collect::<Vec<_>>(),
+        "the classic competition kept arrival order in three runs: the control shows nothing"
+    );
+}
+
+/// Joins waiters 0..12 (round robin over 4 clients) in order behind a
+/// holder, releases, and returns the order of their grants.
+async fn arrival_order(cluster: &Cluster, resource: &str, fair: bool) -> Vec<usize> {
+    let clients: Vec<Client> = (0..4).map(|_| client(cluster, fair)).collect();
+    for c in &clients {
+        warm_up(c, cluster).await;
+    }
+    let holder = clients[0].acquire(resource, secs(30)).await.unwrap();
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let mut tasks = Vec::new();
+    for w in 0..12 {
+        let c = clients[w % 4].clone();
+        let (order, name) = (order.clone(), resource.to_owned());
+        let before = clients.iter().map(|c| c.stats().attempts).sum::<u64>();
+        tasks.push(tokio::spawn(async move {
+            let guard = c
+                .lock(&name, secs(30))
+                .retry(patient())
+                .acquire()
+                .await
+                .expect("every waiter gets the lock");
+            order.lock().unwrap().push(w);
+            tokio::time::sleep(ms(5)).await;
+            guard.release().await;
+        }));
+        // The next waiter arrives once this one is queued: in the fair
+        // queue's list, or (classic) past its first attempt.
+        let joined = eventually(secs(10), || {
+            if fair {
+                queued(cluster, resource) > w
+            } else {
+                clients.iter().map(|c| c.stats().attempts).sum::<u64>() > before
+                    || clients.iter().map(|c| c.stats().waiting).sum::<u64>() > w as u64
+            }
+        })
+        .await;
+        assert!(joined, "waiter {w} never joined");
+        tokio::time::sleep(ms(20)).await;
+    }
+    holder.release().await;
+    for t in tasks {
+        tokio::time::timeout(secs(60), t)
+            .await
+            .expect("a waiter hung")
+            .unwrap();
+    }
+    let order = order.lock().unwrap().clone();
+    order
+}
+
+/// 8 clients × 4 tasks each want the lock once while it is held: with the
+/// fair queue each release is followed by one attempt, the named waiter's,
+/// so the attempts are the grants plus at most one first attempt per
+/// client (later tasks of a client join the queue without one) and a
+/// couple of races. The classic competition's count is printed beside it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_release_costs_one_attempt_however_many_clients_wait() {
+    let cluster = Cluster::start(3);
+    let (fair_attempts, grants) = attempts_for_one_round(&cluster, "cost-fair", true).await;
+    let (classic_attempts, _) = attempts_for_one_round(&cluster, "cost-classic", false).await;
+    println!(
+        "32 waiters of 8 clients: {fair_attempts} attempts with the fair queue, \
+         {classic_attempts} without, for {grants} grants each"
+    );
+    assert_eq!(grants, 32);
+    assert!(
+        fair_attempts <= grants + 8 + 2,
+        "{fair_attempts} attempts for {grants} grants"
+    );
+}
+
+async fn attempts_for_one_round(cluster: &Cluster, resource: &str, fair: bool) -> (u64, u64) {
+    let clients: Vec<Client> = (0..8).map(|_| client(cluster, fair)).collect();
+    for c in &clients {
+        warm_up(c, cluster).await;
+    }
+    let holder = clients[0].acquire(resource, secs(30)).await.unwrap();
+    let before: u64 = clients.iter().map(|c| c.stats().attempts).sum();
+    let inside = Arc::new(AtomicBool::new(false));
+    let overlaps = Arc::new(AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for w in 0..32 {
+        let c = clients[w % 8].clone();
+        let (resource, inside, overlaps) = (resource.to_owned(), inside.clone(), overlaps.clone());
+        tasks.push(tokio::spawn(async move {
+            let guard = c
+                .lock(&resource, secs(30))
+                .retry(patient())
+                .acquire()
+                .await
+                .expect("every waiter gets the lock");
+            if inside.swap(true, Ordering::SeqCst) {
+                overlaps.fetch_add(1, Ordering::SeqCst);
+            }
+            tokio::time::sleep(ms(2)).await;
+            inside.store(false, Ordering::SeqCst);
+            guard.release().await;
+        }));
+    }
+    assert!(
+        eventually(secs(20), || clients
+            .iter()
+            .map(|c| c.stats().waiting)
+            .sum::<u64>()
+            == 32)
+        .await
+    );
+    tokio::time::sleep(ms(200)).await;
+    holder.release().await;
+    for t in tasks {
+        tokio::time::timeout(secs(60), t)
+            .await
+            .expect("a waiter hung")
+            .unwrap();
+    }
+    assert_eq!(overlaps.load(Ordering::SeqCst), 0);
+    let attempts = clients.iter().map(|c| c.stats().attempts).sum::<u64>() - before;
+    (attempts, 32)
+}
+
+/// A waiter that gives up (its future dropped) takes its ticket out of the
+/// queue: the release names the waiter behind it, which gets the lock
+/// promptly although its own timer is 10 s away.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_waiter_leaves_the_queue() {
+    let cluster = Cluster::start(3);
+    let (a, b) = (client(&cluster, true), client(&cluster, true));
+    warm_up(&a, &cluster).await;
+    warm_up(&b, &cluster).await;
+    let holder = a.acquire("leave", secs(30)).await.unwrap();
+    let first = tokio::spawn({
+        let a = a.clone();
+        async move { a.lock("leave", secs(30)).retry(patient()).acquire().await }
+    });
+    assert!(eventually(secs(10), || queued(&cluster, "leave") == 1).await);
+    let second = tokio::spawn({
+        let b = b.clone();
+        async move {
+            let got = b.lock("leave", secs(30)).retry(patient()).acquire().await;
+            (got, Instant::now())
+        }
+    });
+    assert!(eventually(secs(10), || queued(&cluster, "leave") == 2).await);
+    first.abort();
+    assert!(first.await.unwrap_err().is_cancelled());
+    assert!(
+        eventually(secs(5), || queued(&cluster, "leave") == 1).await,
+        "the cancelled waiter's ticket stayed in the queue"
+    );
+    let released = Instant::now();
+    holder.release().await;
+    let (got, at) = tokio::time::timeout(secs(30), second)
+        .await
+        .unwrap()
+        .unwrap();
+    let waited = at - released;
+    println!("the second waiter got the lock {waited:?} after the release");
+    assert!(waited < secs(5), "{waited:?}: its timer, not the release");
+    got.unwrap().release().await;
+}
+
+/// The fair queue's home node paused while a waiter waits: the release is
+/// not announced there, so the waiter's timer finds the home silent, and
+/// it goes on as a classic waiter (subscribed on every node) and gets the
+/// lock on the remaining majority, within its fallback plus a node
+/// timeout, not at its deadline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_home_node_widens_the_queue() {
+    let mut cluster = Cluster::start(3);
+    let (a, b) = (
+        crate::helpers::builder(cluster.urls())
+            .node_timeout(ms(300))
+            .build()
+            .unwrap(),
+        crate::helpers::builder(cluster.urls())
+            .node_timeout(ms(300))
+            .build()
+            .unwrap(),
+    );
+    warm_up(&a, &cluster).await;
+    warm_up(&b, &cluster).await;
+    let holder = a.acquire("paused-home", secs(30)).await.unwrap();
+    let waiter = tokio::spawn(async move {
+        let got = b
+            .lock("paused-home", secs(30))
+            .retry(
+                Retry::new()
+                    .with_delay(secs(2))
+                    .with_jitter(Duration::ZERO)
+                    .with_max_jitter(Duration::ZERO)
+                    .with_max_wait(secs(60)),
+            )
+            .acquire()
+            .await;
+        (got, Instant::now())
+    });
+    assert!(eventually(secs(10), || queued(&cluster, "paused-home") == 1).await);
+    let home = home_of(&cluster, "paused-home").expect("a home node");
+    cluster.node(home).pause();
+    let released = Instant::now();
+    holder.release().await;
+    let (got, at) = tokio::time::timeout(secs(30), waiter)
+        .await
+        .unwrap()
+        .unwrap();
+    let waited = at - released;
+    println!("with the home node paused, the waiter got the lock {waited:?} after the release");
+    cluster.node(home).resume();
+    let guard = got.expect("acquired on the remaining majority");
+    assert!(waited < secs(10), "{waited:?}");
+    guard.release().await;
+}
+
+/// The home node restarted empty while 30 waiters of 3 clients queue: the
+/// queue is gone, the release names nobody, and the waiters' timers
+/// rebuild it (each first waiter puts its ticket back). Every waiter gets
+/// the lock, one at a time, with tokens in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_home_restarted_empty_loses_only_the_queue() {
+    let mut cluster = Cluster::start(3);
+    let clients: Vec<Client> = (0..3).map(|_| client(&cluster, true)).collect();
+    for c in &clients {
+        warm_up(c, &cluster).await;
+    }
+    let holder = clients[0].acquire("restart-home", secs(30)).await.unwrap();
+    let history = Arc::new(Mutex::new(Vec::new()));
+    let mut tasks = Vec::new();
+    for w in 0..30 {
+        let c = clients[w % 3].clone();
+        let history = history.clone();
+        tasks.push(tokio::spawn(async move {
+            let arrived = now_ns();
+            let guard = c
+                .lock("restart-home", secs(30))
+                .retry(
+                    Retry::new()
+                        .with_delay(ms(200))
+                        .with_jitter(ms(100))
+                        .with_max_wait(secs(90)),
+                )
+                .acquire()
+                .await
+                .expect("every waiter gets the lock");
+            let granted = now_ns();
+            tokio::time::sleep(ms(2)).await;
+            let token = guard.token().map_or(0, |t| t.get());
+            history.lock().unwrap().push(Grant {
+                arrived,
+                granted,
+                released: now_ns(),
+                token,
+                who: w as u64,
+            });
+            guard.release().await;
+        }));
+    }
+    assert!(eventually(secs(20), || queued(&cluster, "restart-home") >= 27).await);
+    let home = home_of(&cluster, "restart-home").expect("a home node");
+    cluster.node(home).restart();
+    assert_eq!(queued(&cluster, "restart-home"), 0, "restarted empty");
+    holder.release().await;
+    for t in tasks {
+        tokio::time::timeout(secs(90), t)
+            .await
+            .expect("a waiter hung")
+            .unwrap();
+    }
+    let history = history.lock().unwrap().clone();
+    assert_eq!(history.len(), 30);
+    assert_eq!(exclusion_and_order(&history), (0, 0), "{history:?}");
+}
+
+// ---------------------------------------------------------------------------
+// Worker processes.
+
+/// Starts `procs` worker processes on `resource`, each with `tasks` tasks
+/// that loop until `grants` grants in all were made (or `secs` passed).
+fn spawn_workers(
+    cluster: &Cluster,
+    resource: &str,
+    procs: usize,
+    tasks: usize,
+    fair: bool,
+    hold_ms: u64,
+    run_for: Duration,
+) -> Vec<Child> {
+    let exe = std::env::current_exe().expect("the test binary");
+    (0..procs)
+        .map(|p| {
+            Command::new(&exe)
+                .args([
+                    "fair::worker",
+                    "--exact",
+                    "--nocapture",
+                    "--test-threads",
+                    "1",
+                ])
+                .env("REDFENCE_FAIR_WORKER", "1")
+                .env("W_URLS", cluster.urls().join(","))
+                .env("W_RESOURCE", resource)
+                .env("W_TASKS", tasks.to_string())
+                .env("W_FAIR", if fair { "1" } else { "0" })
+                .env("W_HOLD_MS", hold_ms.to_string())
+                .env("W_MS", run_for.as_millis().to_string())
+                .env("W_ID", p.to_string())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("spawning a worker")
+        })
+        .collect()
+}
+
+/// The grants a worker printed (`GRANT arrived granted released token
+/// who`).
+fn collect(child: Child) -> Vec<Grant> {
+    let out = child.wait_with_output().expect("worker output");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| {
+            let mut f = l
+                .strip_prefix("GRANT ")?
+                .split(' ')
+                .map(|x| x.parse::<u64>());
+            Some(Grant {
+                arrived: f.next()?.ok()?,
+                granted: f.next()?.ok()?,
+                released: f.next()?.ok()?,
+                token: f.next()?.ok()?,
+                who: f.next()?.ok()?,
+            })
+        })
+        .collect()
+}
+
+/// A worker process (does nothing unless started by `spawn_workers`):
+/// `W_TASKS` tasks loop on the lock for `W_MS`, holding it `W_HOLD_MS`, and
+/// print each grant.
+#[test]
+fn worker() {
+    if std::env::var("REDFENCE_FAIR_WORKER").is_err() {
+        return;
+    }
+    let var = |k: &str| std::env::var(k).expect(k);
+    let urls: Vec<String> = var("W_URLS").split(',').map(str::to_owned).collect();
+    let resource = var("W_RESOURCE");
+    let tasks: usize = var("W_TASKS").parse().unwrap();
+    let fair = var("W_FAIR") == "1";
+    let hold = ms(var("W_HOLD_MS").parse().unwrap());
+    let run_for = ms(var("W_MS").parse().unwrap());
+    let id: u64 = var("W_ID").parse().unwrap();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async move {
+        let client = crate::helpers::builder(urls)
+            .node_timeout(secs(1))
+            .fair(fair)
+            .build()
+            .unwrap();
+        // Connect every node before the contention starts.
+        for _ in 0..3 {
+            let g = client.acquire("warm-up-worker", secs(5)).await.unwrap();
+            g.release().await;
+        }
+        println!("READY");
+        let end = Instant::now() + run_for;
+        let mut handles = Vec::new();
+        for t in 0..tasks {
+            let (client, resource) = (client.clone(), resource.clone());
+            handles.push(tokio::spawn(async move {
+                while Instant::now() < end {
+                    let arrived = now_ns();
+                    let Ok(guard) = client
+                        .lock(&resource, secs(10))
+                        .retry(Retry::new().with_max_wait(secs(60)))
+                        .acquire()
+                        .await
+                    else {
+                        continue;
+                    };
+                    let granted = now_ns();
+                    tokio::time::sleep(hold).await;
+                    let token = guard.token().map_or(0, |t| t.get());
+                    let released = now_ns();
+                    println!(
+                        "GRANT {arrived} {granted} {released} {token} {}",
+                        id * 100 + t as u64
+                    );
+                    guard.release().await;
+                }
+            }));
+        }
+        for h in handles {
+            let _ = h.await;
+        }
+    });
+}
+
+/// 8 worker processes × 4 tasks loop on one lock for a few seconds: the
+/// merged history has no overlap, tokens strictly in grant order, and
+/// grants in arrival order (no grant overtakes a waiter that arrived more
+/// than 25 ms before it, however loaded the machine). The control: the
+/// same processes without the fair queue overtake such waiters, so the
+/// order check can fail.
+#[test]
+fn processes_take_turns_in_arrival_order() {
+    let cluster = Cluster::start(3);
+    let margin = 25_000_000;
+    let run = |fair: bool, resource: &str| {
+        let workers = spawn_workers(&cluster, resource, 8, 4, fair, 2, secs(4));
+        let history: Vec<Grant> = workers.into_iter().flat_map(collect).collect();
+        let late = overtakes(&history, margin);
+        (history, late)
+    };
+    let (fair, fair_late) = run(true, "procs-fair");
+    let (classic, classic_late) = run(false, "procs-classic");
+    let who = |h: &[Grant]| h.iter().map(|g| g.who).collect::<BTreeSet<_>>().len();
+    println!(
+        "8 processes x 4 tasks, 4 s: fair {} grants by {} tasks, {} overtaking (margin 25 ms); \
+         classic {} grants by {} tasks, {} overtaking",
+        fair.len(),
+        who(&fair),
+        fair_late.len(),
+        classic.len(),
+        who(&classic),
+        classic_late.len()
+    );
+    assert!(fair.len() >= 100, "only {} grants", fair.len());
+    assert_eq!(exclusion_and_order(&fair), (0, 0));
+    assert_eq!(exclusion_and_order(&classic), (0, 0));
+    assert_eq!(who(&fair), 32, "every task got the lock");
+    assert!(
+        fair_late.len() * 50 <= fair.len(),
+        "{} of {} fair grants overtook a waiter: {:?}",
+        fair_late.len(),
+        fair.len(),
+        &fair_late[..fair_late.len().min(10)]
+    );
+    assert!(
+        classic_late.len() * 50 > classic.len(),
+        "the control: the classic competition kept order ({} of {})",
+        classic_late.len(),
+        classic.len()
+    );
+}
+
+/// A worker process killed (`SIGKILL`) while its tasks wait in the queue
+/// leaves tickets nobody holds: the release that names one wakes nobody,
+/// and the next waiter's timer skips it. The other waiters get the lock
+/// within a TTL of the release.
+#[test]
+fn a_killed_waiter_process_holds_the_queue_up_less_than_a_ttl() {
+    let cluster = Cluster::start(3);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let holder_client = client(&cluster, true);
+    let holder = rt.block_on(async {
+        warm_up(&holder_client, &cluster).await;
+        holder_client.acquire("killed", secs(30)).await.unwrap()
+    });
+    // A worker whose 4 tasks queue behind the holder, then is killed.
+    let mut doomed = spawn_workers(&cluster, "killed", 1, 4, true, 1, secs(60)).remove(0);
+    let waited = rt.block_on(async {
+        assert!(
+            eventually(secs(20), || queued(&cluster, "killed") == 4).await,
+            "the worker's tasks did not queue"
+        );
+        doomed.kill().unwrap();
+        let _ = doomed.wait();
+        let other = client(&cluster, true);
+        let waiter = tokio::spawn(async move {
+            let got = other
+                .lock("killed", secs(10))
+                .retry(
+                    Retry::new()
+                        .with_delay(ms(500))
+                        .with_jitter(ms(200))
+                        .with_max_wait(secs(60)),
+                )
+                .acquire()
+                .await;
+            (got, Instant::now())
+        });
+        assert!(eventually(secs(10), || queued(&cluster, "killed") == 5).await);
+        let released = Instant::now();
+        holder.release().await;
+        let (got, at) = tokio::time::timeout(secs(60), waiter)
+            .await
+            .unwrap()
+            .unwrap();
+        got.expect("the live waiter gets the lock").release().await;
+        at - released
+    });
+    println!("behind 4 dead tickets, the live waiter got the lock {waited:?} after the release");
+    // One TTL (10 s): four dead heads, each skipped after a turn window.
+    assert!(waited < secs(10), "{waited:?}");
+}
