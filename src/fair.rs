@@ -117,7 +117,10 @@ async fn fair_wait(
     retry: &Retry,
 ) -> Result<Result<(Grant, u32), QuorumFailure>, HomeLost> {
     let started = Instant::now();
-    let mut ticket = String::with_capacity(16);
+    // The client's tag first: the home's release publishes the ticket on
+    // the channel of the client it names (`resource::fair_channels`).
+    let mut ticket = String::with_capacity(shared.id_text.len() + 16);
+    ticket.push_str(&shared.id_text);
     push_hex(&mut ticket, u128::from(rand::random::<u64>()), 16);
     let ticket: Arc<str> = ticket.into();
     let (place, busy) = shared.waits.join_fair(

@@ -38,7 +38,7 @@ use tokio::task::JoinHandle;
 use crate::failure::{NodeErrorKind, NodeFailure};
 use crate::metrics;
 use crate::node::Node;
-use crate::resource::{notice_channel, notice_key};
+use crate::resource::{fair_channels, notice_channel, notice_key};
 
 /// Notice ids remembered per resource to count a release once although it
 /// is published on up to N nodes. Copies of one release arrive within a
@@ -149,6 +149,21 @@ impl Drop for Releasing {
     }
 }
 
+/// See [`Waits::busy`].
+#[derive(Debug)]
+pub(crate) struct Busy {
+    shared: Arc<Shared>,
+    key: Arc<str>,
+}
+
+impl Busy {
+    pub(crate) fn set(&self, busy: bool) {
+        if let Some(queue) = self.shared.lock().get_mut(&self.key) {
+            queue.busy = busy;
+        }
+    }
+}
+
 #[derive(Debug, Default)]
 struct Queue {
     /// Waiters in arrival order; the first is the head. Each with its fair
@@ -168,9 +183,9 @@ struct Queue {
     left: VecDeque<Arc<str>>,
     /// Local waiters whose ticket a release named, not yet taken.
     named: Vec<u64>,
-    /// Whether the home node's last notice named a ticket: other clients
-    /// wait in the fair queue, so a new waiter joins it instead of sending
-    /// an attempt bound to fail.
+    /// Whether this client's last release (or notice) found tickets in the
+    /// fair queue: other clients wait in it, so a new waiter joins it
+    /// instead of sending an attempt bound to fail.
     busy: bool,
     /// Releases heard (and subscription confirmations, which stand for any
     /// release missed before them). The head retries when it moves.
@@ -202,7 +217,11 @@ struct Queue {
 
 #[derive(Debug)]
 enum Command {
+    /// The key's notice channel (the classic competition).
     Subscribe(Arc<str>),
+    /// The key's fair-queue channels: the marker and this client's own.
+    SubscribeFair(Arc<str>),
+    /// Every channel of the key.
     Unsubscribe(Arc<str>),
 }
 
@@ -243,6 +262,17 @@ impl Waits {
             shared: self.shared.clone(),
             key: key.clone(),
             notice,
+        }
+    }
+
+    /// What the home node's release of `key` said about the fair queue:
+    /// `true` when it named a waiter (the queue was not empty). A new
+    /// waiter of this client on a busy resource joins the queue instead of
+    /// attempting first.
+    pub(crate) fn busy(&self, key: &Arc<str>) -> Busy {
+        Busy {
+            shared: self.shared.clone(),
+            key: key.clone(),
         }
     }
 
@@ -341,7 +371,7 @@ impl Waits {
             match fair {
                 Some(home) => self
                     .shared
-                    .command_to(home, Command::Subscribe(place.key.clone())),
+                    .command_to(home, Command::SubscribeFair(place.key.clone())),
                 None => self
                     .shared
                     .command(|| Command::Subscribe(place.key.clone())),
@@ -352,12 +382,17 @@ impl Waits {
 
     fn start(&self, nodes: &[Arc<Node>]) {
         self.tasks.get_or_init(|| {
+            let tag: Arc<str> = self.shared.tag.trim_end_matches('/').into();
             let (senders, tasks) = nodes
                 .iter()
                 .map(|node| {
                     let (tx, rx) = mpsc::unbounded_channel();
-                    let task =
-                        tokio::spawn(subscriber(node.clone(), Arc::downgrade(&self.shared), rx));
+                    let task = tokio::spawn(subscriber(
+                        node.clone(),
+                        Arc::downgrade(&self.shared),
+                        rx,
+                        tag.clone(),
+                    ));
                     (tx, task)
                 })
                 .unzip();
@@ -408,11 +443,15 @@ impl Shared {
         {
             let mut queues = self.lock();
             if let Some(queue) = queues.get_mut(key) {
-                if let Some(home) = queue.fair {
-                    // Only the named waiter acts; nobody else wakes.
-                    if home == node {
-                        queue.turn(next);
-                    }
+                if next.is_some() {
+                    // On this client's own channel: only the named waiter
+                    // acts.
+                    queue.turn(next);
+                    return;
+                }
+                if queue.fair == Some(node) {
+                    // The home's plain notice (classic clients listen too):
+                    // no ticket of ours named, nobody of ours wakes.
                     return;
                 }
             }
@@ -519,8 +558,8 @@ impl Queue {
     /// The home node's release named `next` (or nobody): wake that waiter
     /// if it is ours.
     fn turn(&mut self, next: Option<&str>) {
-        self.busy = next.is_some();
         let Some(next) = next else { return };
+        self.busy = true;
         if let Some((id, notify, _)) = self
             .waiters
             .iter()
@@ -702,11 +741,12 @@ async fn subscriber(
     node: Arc<Node>,
     shared: Weak<Shared>,
     mut commands: mpsc::UnboundedReceiver<Command>,
+    tag: Arc<str>,
 ) {
     let timeout = node.connect_timeout();
     // The queue names lock keys; the channels carry the database too.
     let db = node.db();
-    let mut wanted: HashSet<Arc<str>> = HashSet::new();
+    let mut wanted = Wanted::default();
     // Every task reaps the lingering queues (any one would do; reaping is
     // idempotent), so subscriptions end even when no waiter comes again.
     let mut reaping = tokio::time::interval(LINGER);
@@ -745,7 +785,7 @@ async fn subscriber(
         };
         let (mut sink, mut stream) = pubsub.split();
         if !wanted.is_empty() {
-            let channels: Vec<String> = wanted.iter().map(|k| notice_channel(k, db)).collect();
+            let channels = wanted.channels(db, &tag);
             match tokio::time::timeout(timeout, sink.subscribe(channels)).await {
                 Ok(Ok(())) => {}
                 Ok(Err(e)) => {
@@ -757,8 +797,8 @@ async fn subscriber(
             let Some(shared) = shared.upgrade() else {
                 return;
             };
-            for channel in &wanted {
-                shared.confirmed(channel, connected_before);
+            for key in wanted.keys() {
+                shared.confirmed(key, connected_before);
             }
         }
         connected_before = true;
@@ -768,23 +808,20 @@ async fn subscriber(
             tokio::select! {
                 command = commands.recv() => {
                     let Some(command) = command else { return };
-                    let ok = match &command {
-                        Command::Subscribe(channel) if !wanted.contains(channel) => {
-                            let name = notice_channel(channel, db);
-                            let ok = matches!(tokio::time::timeout(timeout, sink.subscribe(name)).await, Ok(Ok(())));
-                            if ok {
-                                let Some(shared) = shared.upgrade() else { return };
-                                shared.confirmed(channel, false);
+                    let (subscribe, unsubscribe) = wanted.change(&command, db, &tag);
+                    let mut ok = true;
+                    if !subscribe.is_empty() {
+                        ok = matches!(tokio::time::timeout(timeout, sink.subscribe(subscribe)).await, Ok(Ok(())));
+                        if ok {
+                            let Some(shared) = shared.upgrade() else { return };
+                            if let Command::Subscribe(key) | Command::SubscribeFair(key) = &command {
+                                shared.confirmed(key, false);
                             }
-                            ok
                         }
-                        Command::Unsubscribe(channel) if wanted.contains(channel) => {
-                            let name = notice_channel(channel, db);
-                            matches!(tokio::time::timeout(timeout, sink.unsubscribe(name)).await, Ok(Ok(())))
-                        }
-                        _ => true,
-                    };
-                    apply(&mut wanted, command);
+                    }
+                    if ok && !unsubscribe.is_empty() {
+                        ok = matches!(tokio::time::timeout(timeout, sink.unsubscribe(unsubscribe)).await, Ok(Ok(())));
+                    }
                     if !ok {
                         // Reconnect (after a pause): the new connection
                         // subscribes to what is wanted then.
@@ -812,15 +849,61 @@ async fn subscriber(
     }
 }
 
-fn apply(wanted: &mut HashSet<Arc<str>>, command: Command) {
-    match command {
-        Command::Subscribe(channel) => {
-            wanted.insert(channel);
-        }
-        Command::Unsubscribe(channel) => {
-            wanted.remove(&channel);
+/// The keys a subscription connection is subscribed for: classic keys
+/// (their notice channel) and fair-queue keys (the marker and this
+/// client's own channel).
+#[derive(Debug, Default)]
+struct Wanted {
+    classic: HashSet<Arc<str>>,
+    fair: HashSet<Arc<str>>,
+}
+
+impl Wanted {
+    fn is_empty(&self) -> bool {
+        self.classic.is_empty() && self.fair.is_empty()
+    }
+
+    fn keys(&self) -> impl Iterator<Item = &Arc<str>> {
+        self.classic
+            .iter()
+            .chain(self.fair.difference(&self.classic))
+    }
+
+    /// Every channel, for a new connection.
+    fn channels(&self, db: i64, tag: &str) -> Vec<String> {
+        let classic = self.classic.iter().map(|k| notice_channel(k, db));
+        let fair = self.fair.iter().flat_map(|k| fair_channels(k, db, tag));
+        classic.chain(fair).collect()
+    }
+
+    /// Applies `command`; returns the channels to subscribe and to
+    /// unsubscribe on the live connection.
+    fn change(&mut self, command: &Command, db: i64, tag: &str) -> (Vec<String>, Vec<String>) {
+        match command {
+            Command::Subscribe(key) if self.classic.insert(key.clone()) => {
+                (vec![notice_channel(key, db)], Vec::new())
+            }
+            Command::SubscribeFair(key) if self.fair.insert(key.clone()) => {
+                (fair_channels(key, db, tag).to_vec(), Vec::new())
+            }
+            Command::Unsubscribe(key) => {
+                let mut gone = Vec::new();
+                if self.classic.remove(key) {
+                    gone.push(notice_channel(key, db));
+                }
+                if self.fair.remove(key) {
+                    gone.extend(fair_channels(key, db, tag));
+                }
+                (Vec::new(), gone)
+            }
+            _ => (Vec::new(), Vec::new()),
         }
     }
+}
+
+fn apply(wanted: &mut Wanted, command: Command) {
+    // While disconnected: the next connection subscribes what is wanted.
+    let _ = wanted.change(&command, 0, "");
 }
 
 #[cfg(test)]

@@ -127,7 +127,21 @@ pub(crate) fn push_hex(out: &mut String, value: u128, digits: u32) {
 /// of another database or another kind.
 pub(crate) fn notice_key(channel: &str, db: i64) -> Option<&str> {
     let (key, suffix) = channel.rsplit_once('@')?;
+    // A fair queue's channels carry `/q` or `/{client tag}` after the
+    // database.
+    let suffix = suffix.split_once('/').map_or(suffix, |(db, _)| db);
     (suffix.parse::<i64>().ok()? == db).then_some(key)
+}
+
+/// A fair queue's channels of lock key `key` on database `db`: the marker
+/// that fair waiters subscribe to so that the home node's release knows
+/// the queue has listeners (`{channel}/q`, never published on), and this
+/// client's own (`{channel}/{tag}`, `tag` the first 8 hex digits of its
+/// id), on which the release names the ticket whose turn it is: only the
+/// client holding that ticket hears it.
+pub(crate) fn fair_channels(key: &str, db: i64, tag: &str) -> [String; 2] {
+    let channel = notice_channel(key, db);
+    [format!("{channel}/q"), format!("{channel}/{tag}")]
 }
 
 /// A fresh lock value, 41 bytes: the first 8 hex digits of the client's id
@@ -231,6 +245,12 @@ mod tests {
             notice_channel("redfence:lock:x", 1)
         );
         assert_eq!(notice_key("no-suffix", 0), None);
+        let [marker, own] = fair_channels("redfence:lock:x", 2, "0badf00d");
+        assert_eq!(marker, "redfence:lock:x@2/q");
+        assert_eq!(own, "redfence:lock:x@2/0badf00d");
+        assert_eq!(notice_key(&marker, 2), Some("redfence:lock:x"));
+        assert_eq!(notice_key(&own, 2), Some("redfence:lock:x"));
+        assert_eq!(notice_key(&own, 0), None);
     }
 
     #[test]

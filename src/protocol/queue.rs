@@ -29,8 +29,9 @@ pub(crate) struct Look {
 }
 
 /// Appends `ticket` to the queue (`RPUSH`, keeping the queue key alive for
-/// `life`) and reads the lock's `PTTL`, pipelined: the join of a waiter
-/// that arrives at a busy resource, instead of an attempt bound to fail.
+/// `life`), pipelined: the join of a waiter that arrives at a busy
+/// resource, instead of an attempt bound to fail. Two commands on one
+/// node: the whole cost of waiting, besides the named attempt.
 pub(crate) async fn join(
     shared: &Shared,
     target: &Target,
@@ -38,16 +39,18 @@ pub(crate) async fn join(
     life: Duration,
 ) -> Option<Look> {
     let node = shared.nodes.get(target.home.index)?;
-    let pipe = enqueue(&target.home.queue, ticket, life_ms(life), &target.key);
+    let pipe = enqueue(&target.home.queue, ticket, life_ms(life));
     let reply = bounded(shared, node.run_pipeline(&pipe, &Settled::NEVER, None)).await?;
     let Value::Array(items) = reply else {
         return None;
     };
     match items.as_slice() {
-        [Value::Int(len), _, pttl] => Some(Look {
+        // Alone in the queue: most likely the lock is free (or its holder
+        // will name this ticket); behind others, wait to be named.
+        [Value::Int(len), _] => Some(Look {
             head: *len == 1,
             head_ticket: None,
-            held_for: held_for(pttl)?,
+            held_for: (*len == 1).then_some(Duration::ZERO),
         }),
         _ => None,
     }

@@ -132,11 +132,16 @@ fn start_release(shared: &Shared, held: &Held, notice_id: String) -> FanOut<()> 
     });
     // Releases ignore the settled flag and go through to stalled nodes: the
     // acquire they follow may be queued there.
+    let busy = home
+        .as_ref()
+        .map(|_| Arc::new(shared.waits.busy(&held.key)));
     FanOut::start(&shared.nodes, held.sent, deadline, |node, _settled| {
         let (key, value) = (held.key.clone(), held.value.clone());
         let notice = notice.clone();
+        let mut busy_here = None;
         let (channel, evalsha) = match &home {
             Some(home) if node.index() == held.home.index => {
+                busy_here = busy.clone();
                 (channel0.clone(), Some(Arc::clone(home)))
             }
             _ if node.db() == db0 => (channel0.clone(), Some(Arc::clone(&evalsha0))),
@@ -155,6 +160,18 @@ fn start_release(shared: &Shared, held: &Held, notice_id: String) -> FanOut<()> 
                         .await?
                 }
             };
+            if let Some(busy) = busy_here {
+                // The home's release says whether it named a waiter (2):
+                // this client's next waiter joins the queue if so.
+                match reply {
+                    redis::Value::Int(2) => {
+                        busy.set(true);
+                        return Ok(());
+                    }
+                    redis::Value::Int(1) => busy.set(false),
+                    _ => {}
+                }
+            }
             parse_flag(reply)
         }
     })

@@ -43,18 +43,16 @@ pub(crate) fn pttl(key: &str) -> Cmd {
 }
 
 /// The fair queue's join: `RPUSH queue ticket`, `PEXPIRE queue life`,
-/// `PTTL lock`, pipelined (not a transaction: the `PTTL` informs, the
-/// length says whether the ticket is the head).
-pub(crate) fn enqueue(queue: &str, ticket: &str, life_ms: u64, lock: &str) -> Pipeline {
+/// pipelined (not a transaction: the length says whether the ticket is the
+/// head).
+pub(crate) fn enqueue(queue: &str, ticket: &str, life_ms: u64) -> Pipeline {
     let mut pipe = redis::pipe();
     pipe.cmd("RPUSH")
         .arg(queue)
         .arg(ticket)
         .cmd("PEXPIRE")
         .arg(queue)
-        .arg(life_ms)
-        .cmd("PTTL")
-        .arg(lock);
+        .arg(life_ms);
     pipe
 }
 

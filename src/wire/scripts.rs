@@ -330,7 +330,7 @@ mod tests {
         assert_eq!(ACQUIRE.commands(), ["SET", "INCR", "INCRBY", "PTTL"]);
         assert_eq!(
             RELEASE.commands(),
-            ["GET", "DEL", "LREM", "PUBSUB|NUMSUB", "LPOP", "PUBLISH"]
+            ["GET", "DEL", "LREM", "PUBSUB|NUMSUB", "PUBLISH", "LPOP"]
         );
         assert_eq!(
             QUEUE.commands(),

@@ -6,7 +6,7 @@
 
 use redfence::{Client, RestartGuard, Retry};
 
-use crate::helpers::{eventually, hand_over_by_notice, ms, secs, LOCK_KEYS};
+use crate::helpers::{calls, eventually, hand_over_by_notice, ms, secs, LOCK_KEYS};
 use crate::support::Cluster;
 
 /// The README's rows, in order: (feature, rules).
@@ -104,7 +104,11 @@ async fn fencing_needs_the_second_row() {
 }
 
 /// The waiter's retry policy would sleep 10 s: it gets the lock well before
-/// only because the release notice reached it.
+/// only because the release notice reached it. It waited in the fair
+/// queue (an `RPUSH` on the home node) and no command was refused on any
+/// node: a refusal inside the release script on the home node would leave
+/// the key there, and a refused join would fall back to the classic wait
+/// without anyone noticing.
 #[tokio::test]
 async fn waiting_by_notification_needs_the_third_row() {
     let cluster = Cluster::start(3);
@@ -118,6 +122,16 @@ async fn waiting_by_notification_needs_the_third_row() {
         after < secs(5),
         "woken {after:?} after the release: no notice arrived"
     );
+    let joins: u64 = cluster.nodes.iter().map(|n| calls(n, "rpush")).sum();
+    assert_eq!(joins, 1, "one join of the fair queue");
+    for node in &cluster.nodes {
+        let info = node.cli(&["INFO", "commandstats"]);
+        let refused: Vec<&str> = info
+            .lines()
+            .filter(|l| !l.contains("rejected_calls=0,") && l.contains("rejected_calls="))
+            .collect();
+        assert!(refused.is_empty(), "refused commands: {refused:?}");
+    }
 }
 
 /// Young servers: the guard keeps each out of quorums for the window, then

@@ -203,7 +203,8 @@ async fn waiters_return_by_their_deadline() {
 #[tokio::test]
 async fn a_lost_notice_falls_back_to_the_retry_delay() {
     let cluster = Cluster::start(1);
-    let client = new_client(&cluster);
+    // A classic waiter (the fair queue's timers: tests/it/fair.rs).
+    let client = classic(&cluster, secs(1));
     let holder = client.acquire("silent", secs(30)).await.unwrap();
     let waiter = tokio::spawn({
         let client = client.clone();
@@ -326,7 +327,8 @@ async fn a_paused_node_does_not_lose_the_release() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cancelled_head_hands_its_place_on() {
     let cluster = Cluster::start(1);
-    let client = new_client(&cluster);
+    // Classic waiters (the fair queue's form: tests/it/fair.rs).
+    let client = classic(&cluster, secs(1));
     let holder = client.acquire("q", secs(30)).await.unwrap();
     let patient = Retry::new()
         .with_max_wait(secs(60))
