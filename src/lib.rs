@@ -48,8 +48,11 @@
 //! factor + 2 ms), measured on the monotonic clock from before the first
 //! request; a lock with no validity left is not granted. A failed attempt
 //! releases wherever its `SET` may have landed and, for a waiting acquire,
-//! retries when the holder's release is announced (or its keys expire, or
-//! after a jittered pause) until a deadline. A node that stopped
+//! takes a ticket in the resource's fair queue on one node and retries when
+//! the holder's release names it (or the holder's keys expire, or after a
+//! jittered pause) until a deadline: waiters of every process get the lock
+//! in arrival order, and one release costs one attempt however many wait.
+//! The queue orders who tries; the quorum decides who holds. A node that stopped
 //! answering is skipped (one probe per node timeout) instead of collecting
 //! a backlog. Release and extend are compare-and-delete
 //! and compare-and-pexpire scripts, so only the owner's value is touched.
@@ -101,12 +104,14 @@
 //! 1. The handle: `builder` ([`Builder`], `Client::new`), `client`
 //!    ([`Client`]).
 //! 2. Requests and what they hand out: `request` ([`LockRequest`]: acquire,
-//!    try once, run a closure, wait), `guard` ([`LockGuard`]), `lease`
+//!    try once, run a closure, wait), `fair` (waiting in the fair queue),
+//!    `guard` ([`LockGuard`]), `lease`
 //!    ([`Lease`], the lost-lock signal), `watchdog` (the auto-extension
 //!    task).
 //! 3. The protocol operations over the shared state, one file each:
 //!    `protocol::{shared, round, attempt, settle, extend, release, reseed,
-//!    inspect}` (the last: [`Client::inspect`] and the forced release);
+//!    inspect, queue}` ([`Client::inspect`] and the forced release; the
+//!    fair queue's requests to a resource's home node);
 //!    beside them the deployment audit (`audit`: observe, judge, report)
 //!    and the fenced stores (`store`, and `postgres` with that feature).
 //! 4. Waiting by notification (`notify`) and the fan-out (`fanout`: all N

@@ -238,7 +238,11 @@ pub(crate) static RELEASE: LazyLock<Script> =
 /// The fair queue's look at the home node, for a waiter whose timer fired
 /// or whose named attempt failed (`protocol::queue`): skips a stale head
 /// (the ticket the waiter saw at the head last time, if it is still there
-/// and the lock key is absent: its owner did not take a free turn), puts
+/// and the lock key is absent: its owner did not take a free turn) and
+/// every other ticket of its client (the first 8 characters of a ticket
+/// name its client; a client whose head lets a free turn pass has most
+/// likely died, and its other waiters put their tickets back at their next
+/// look if not), puts
 /// the waiter's ticket back if it is missing (at the front when it was
 /// named and its attempt failed, else at the back: a queue emptied by a
 /// restart is rebuilt by the waiters' looks), keeps the queue key alive
@@ -334,7 +338,7 @@ mod tests {
         );
         assert_eq!(
             QUEUE.commands(),
-            ["LINDEX", "EXISTS", "LPOP", "LPOS", "LPUSH", "RPUSH", "PEXPIRE", "PTTL"]
+            ["LINDEX", "EXISTS", "LRANGE", "LREM", "LPOS", "LPUSH", "RPUSH", "PEXPIRE", "PTTL"]
         );
         assert_eq!(EXTEND.commands(), ["GET", "PEXPIRE"]);
         assert_eq!(WRITE_BACK.commands(), ["GET", "SET"]);

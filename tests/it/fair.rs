@@ -124,18 +124,18 @@ fn the_history_checkers_see_violations() {
         who: 0,
     };
     let ms = 1_000_000;
-    let good = [g(0, 10 * ms, 11 * ms, 1), g(1 * ms, 12 * ms, 13 * ms, 2)];
+    let good = [g(0, 10 * ms, 11 * ms, 1), g(ms, 12 * ms, 13 * ms, 2)];
     assert!(overtakes(&good, 2 * ms).is_empty());
     assert_eq!(exclusion_and_order(&good), (0, 0));
     // The second arrival (50 ms later) is granted first.
     let swapped = [g(0, 12 * ms, 13 * ms, 2), g(50 * ms, 10 * ms, 11 * ms, 1)];
     assert_eq!(overtakes(&swapped, 2 * ms), [(0, 1)]);
     // Within the margin, either order passes.
-    let close = [g(0, 12 * ms, 13 * ms, 2), g(1 * ms, 10 * ms, 11 * ms, 1)];
+    let close = [g(0, 12 * ms, 13 * ms, 2), g(ms, 10 * ms, 11 * ms, 1)];
     assert!(overtakes(&close, 2 * ms).is_empty());
-    let overlap = [g(0, 10 * ms, 15 * ms, 1), g(1 * ms, 12 * ms, 16 * ms, 2)];
+    let overlap = [g(0, 10 * ms, 15 * ms, 1), g(ms, 12 * ms, 16 * ms, 2)];
     assert_eq!(exclusion_and_order(&overlap), (1, 0));
-    let tokens = [g(0, 10 * ms, 11 * ms, 5), g(1 * ms, 12 * ms, 13 * ms, 5)];
+    let tokens = [g(0, 10 * ms, 11 * ms, 5), g(ms, 12 * ms, 13 * ms, 5)];
     assert_eq!(exclusion_and_order(&tokens), (0, 1));
 }
 
@@ -620,10 +620,13 @@ fn processes_take_turns_in_arrival_order() {
     );
 }
 
-/// A worker process killed (`SIGKILL`) while its tasks wait in the queue
-/// leaves tickets nobody holds: the release that names one wakes nobody,
-/// and the next waiter's timer skips it. The other waiters get the lock
-/// within a TTL of the release.
+/// A worker process killed (`SIGKILL`) while its 4 tasks wait in the
+/// queue leaves tickets nobody holds: the release that names the first
+/// wakes nobody; the live waiter's timer finds the next one idle at the
+/// head with the lock free and, a node timeout later, drops it with the
+/// rest of that process's tickets. The live waiter gets the lock within a
+/// TTL (10 s) of the release: measured 1.5 s (two pauses of its policy,
+/// 0.5–0.7 s, and the 1 s node timeout).
 #[test]
 fn a_killed_waiter_process_holds_the_queue_up_less_than_a_ttl() {
     let cluster = Cluster::start(3);
@@ -667,6 +670,5 @@ fn a_killed_waiter_process_holds_the_queue_up_less_than_a_ttl() {
         at - released
     });
     println!("behind 4 dead tickets, the live waiter got the lock {waited:?} after the release");
-    // One TTL (10 s): four dead heads, each skipped after a turn window.
-    assert!(waited < secs(10), "{waited:?}");
+    assert!(waited < secs(10), "{waited:?}: more than a TTL");
 }

@@ -1,6 +1,11 @@
 local q = KEYS[2]
 if ARGV[3] ~= '' and redis.call('LINDEX', q, 0) == ARGV[3] and redis.call('EXISTS', KEYS[1]) == 0 then
-  redis.call('LPOP', q)
+  local client = string.sub(ARGV[3], 1, 8)
+  for _, t in ipairs(redis.call('LRANGE', q, 0, -1)) do
+    if string.sub(t, 1, 8) == client then
+      redis.call('LREM', q, 1, t)
+    end
+  end
 end
 if not redis.call('LPOS', q, ARGV[1]) then
   if ARGV[4] == '1' then
