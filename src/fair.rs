@@ -149,7 +149,7 @@ async fn fair_wait(
         match queue::join(shared, target, &waiter.ticket, waiter.life()).await {
             Some(look) => {
                 waiter.queued = true;
-                waiter.after_look(&look)
+                waiter.after_look(&look, &place)
             }
             None => Next::HomeLost,
         }
@@ -226,7 +226,7 @@ async fn fair_wait(
                         continue;
                     };
                     waiter.queued = true;
-                    from_look = Some(waiter.after_look(&look));
+                    from_look = Some(waiter.after_look(&look, &place));
                 }
                 waiter.named = false;
                 // Never straight back: the attempt just failed, so wait for
@@ -292,7 +292,7 @@ impl Waiter<'_> {
     /// the head and the lock is free on the home node, else wait (with a
     /// timer at the holder's expiry or the fallback, or a turn window when
     /// another head lets the free lock wait).
-    fn after_look(&mut self, look: &Look) -> Next {
+    fn after_look(&mut self, look: &Look, place: &Place) -> Next {
         let now = Instant::now();
         let free = look.held_for == Some(Duration::ZERO);
         self.attempt_on_timer = look.head;
@@ -300,8 +300,15 @@ impl Waiter<'_> {
             self.stale = None;
             return Next::Attempt;
         }
-        let at = if free {
-            // Another ticket's turn and the lock is free: give its owner a
+        // The head is another waiter of this client (it joined the queue
+        // before this one, which is first here): it is alive, so tell it
+        // to go rather than let a turn window skip it.
+        let ours = look
+            .head_ticket
+            .as_deref()
+            .is_some_and(|t| t.starts_with(&*self.shared.id_text) && place.prod(t));
+        let at = if free && !ours {
+            // Another client's turn and the lock is free: give its owner a
             // turn window (a healthy one attempts within a round trip of
             // its notice), then skip it.
             self.stale = look.head_ticket.clone();
@@ -326,6 +333,12 @@ impl Waiter<'_> {
             if place.take_named() {
                 self.named = true;
                 self.queued = false;
+                self.stale = None;
+                self.attempt_on_timer = false;
+                return Next::Attempt;
+            }
+            if place.take_prodded() {
+                // At the head, found by another waiter's look; still queued.
                 self.stale = None;
                 self.attempt_on_timer = false;
                 return Next::Attempt;
@@ -360,7 +373,7 @@ impl Waiter<'_> {
                 match look {
                     Some(look) => {
                         self.queued = true;
-                        match self.after_look(&look) {
+                        match self.after_look(&look, place) {
                             Next::Wait(next) => at = next,
                             other => return other,
                         }

@@ -183,6 +183,10 @@ struct Queue {
     left: VecDeque<Arc<str>>,
     /// Local waiters whose ticket a release named, not yet taken.
     named: Vec<u64>,
+    /// Local waiters whose ticket another waiter of this client found at
+    /// the head of the queue with no release to name it: they attempt (see
+    /// [`Place::prod`]).
+    prodded: Vec<u64>,
     /// Whether this client's last release (or notice) found tickets in the
     /// fair queue: other clients wait in it, so a new waiter joins it
     /// instead of sending an attempt bound to fail.
@@ -681,6 +685,39 @@ impl Place {
         }
     }
 
+    /// Another waiter of this client holds `ticket`, which this one's look
+    /// found at the head of the queue: tells it to attempt (its own timers
+    /// may not run, another of its client's waiters being first). Returns
+    /// whether such a waiter is here.
+    pub(crate) fn prod(&self, ticket: &str) -> bool {
+        let mut queues = self.shared.lock();
+        let Some(queue) = queues.get_mut(&self.key) else {
+            return false;
+        };
+        let Some((id, notify, _)) = queue
+            .waiters
+            .iter()
+            .find(|(_, _, t)| t.as_deref() == Some(ticket))
+        else {
+            return false;
+        };
+        let id = *id;
+        notify.notify_one();
+        queue.prodded.push(id);
+        true
+    }
+
+    /// Whether another waiter of this client prodded this one; consumes it.
+    pub(crate) fn take_prodded(&self) -> bool {
+        let mut queues = self.shared.lock();
+        let Some(queue) = queues.get_mut(&self.key) else {
+            return false;
+        };
+        let before = queue.prodded.len();
+        queue.prodded.retain(|id| *id != self.id);
+        queue.prodded.len() != before
+    }
+
     /// Whether this waiter is the first of its client's waiters on the
     /// resource: the one whose timers stand for them all.
     pub(crate) fn is_first(&self) -> bool {
@@ -718,6 +755,7 @@ impl Drop for Place {
             }
             queue.waiters.retain(|(id, _, _)| *id != self.id);
             queue.named.retain(|id| *id != self.id);
+            queue.prodded.retain(|id| *id != self.id);
             if queue.waiters.is_empty() {
                 // Lingers, subscribed; reaped after LINGER.
                 queue.idle_since = Some(now);
