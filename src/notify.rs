@@ -25,6 +25,15 @@
 //!   retry policy's jittered delay as a fallback. Nothing waits past the
 //!   acquire's deadline.
 //!
+//! - A fair-queue waiter (`fair.rs`) has a ticket; its queue subscribes on
+//!   the resource's home node only, to the marker channel and this
+//!   client's own (`resource::fair_channels`). A notice on the own channel
+//!   names a ticket: that waiter is woken (`Place::take_named`) and nobody
+//!   else. The releasing client learns from its release's reply whether
+//!   the queue was busy (`Waits::busy`), so its next waiter joins instead
+//!   of attempting. A fair queue whose home stopped answering is widened
+//!   to the classic one (`Place::widen`).
+//!
 //! The pure part, when the holder's keys free a majority, is [`free_in`].
 
 use std::collections::{HashMap, HashSet, VecDeque};

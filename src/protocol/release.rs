@@ -8,7 +8,7 @@ use std::time::Instant;
 use tracing::Instrument;
 
 use crate::failure::{NodeErrorKind, NodeFailure};
-use crate::fanout::FanOut;
+use crate::fanout::{node_set, FanOut};
 use crate::node::Settled;
 use crate::protocol::shared::{Held, Shared};
 use crate::resource::notice_channel;
@@ -135,7 +135,16 @@ fn start_release(shared: &Shared, held: &Held, notice_id: String) -> FanOut<()> 
     let busy = home
         .as_ref()
         .map(|_| Arc::new(shared.waits.busy(&held.key)));
-    FanOut::start(&shared.nodes, held.sent, deadline, |node, _settled| {
+    // A granted lock's release always goes to the home node, even when
+    // the acquire never reached it (stalled, young under the restart
+    // guard, or decided before its turn): the queue's next waiter is named
+    // there.
+    let sent = if home.is_some() {
+        held.sent | node_set([held.home.index])
+    } else {
+        held.sent
+    };
+    FanOut::start(&shared.nodes, sent, deadline, |node, _settled| {
         let (key, value) = (held.key.clone(), held.value.clone());
         let notice = notice.clone();
         let mut busy_here = None;
@@ -163,10 +172,17 @@ fn start_release(shared: &Shared, held: &Held, notice_id: String) -> FanOut<()> 
             if let Some(busy) = busy_here {
                 // The home's release says whether it named a waiter (2):
                 // this client's next waiter joins the queue if so.
+                // 1 deleted, 2 deleted and named the next ticket, 3 named
+                // it without our key there (the acquire never reached the
+                // home node), 0 neither.
                 match reply {
                     redis::Value::Int(2) => {
                         busy.set(true);
                         return Ok(());
+                    }
+                    redis::Value::Int(3) => {
+                        busy.set(true);
+                        return Err(NodeErrorKind::NotHeld);
                     }
                     redis::Value::Int(1) => busy.set(false),
                     _ => {}

@@ -222,11 +222,19 @@ pub(crate) fn lock_scripts() -> [&'static Script; 6] {
 /// release) and how many clients are subscribed, so each can spread its
 /// retry over that many (`PUBSUB NUMSUB`; nothing is published when nobody
 /// waits). On the resource's home node (the fair queue, `protocol::queue`)
-/// it also takes the holder's own ticket out of the wait queue when it got
-/// the lock without being named, and pops the queue's head, whose ticket
-/// the notice names (`{notice}:{clients}:{ticket}`): that waiter alone
-/// attempts next. Returns 1 when deleted, 0 when absent or owned by someone
-/// else (nothing announced, nothing popped).
+/// it also takes the holder's own ticket out of the queue when it got the
+/// lock without being named, asks `NUMSUB` about the fair marker channel
+/// (`{channel}/q`) in the same command, and when fair waiters listen pops
+/// the queue's head and publishes `{notice}:{listeners}:{ticket}` on the
+/// channel of the ticket's client (`{channel}/{first 8 characters of the
+/// ticket}`, `resource::fair_channels`): that waiter alone attempts next.
+/// On the home node the head is popped and named even when the key there
+/// is not the holder's (its acquire never reached the home): the release
+/// of a granted lock always goes to the home (`protocol::release`), so a
+/// queue is never left waiting for a notice that no node would send.
+/// Returns 1 when deleted, 2 when deleted and a ticket named, 3 when a
+/// ticket was named without the holder's key there, 0 when neither
+/// (elsewhere than the home: nothing announced).
 ///
 /// KEYS: lock key[, queue key on the home node]. ARGV: value, notice id,
 /// notice channel (pub/sub is server-wide, so the channel names the
@@ -334,7 +342,7 @@ mod tests {
         assert_eq!(ACQUIRE.commands(), ["SET", "INCR", "INCRBY", "PTTL"]);
         assert_eq!(
             RELEASE.commands(),
-            ["GET", "DEL", "LREM", "PUBSUB|NUMSUB", "PUBLISH", "LPOP"]
+            ["GET", "DEL", "PUBSUB|NUMSUB", "PUBLISH", "LREM", "LPOP"]
         );
         assert_eq!(
             QUEUE.commands(),
