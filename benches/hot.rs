@@ -58,6 +58,10 @@ struct Row {
     waits: Vec<Duration>,
     overlaps: u64,
     errors: u64,
+    /// CPU time in the window: this process (every client) and the lock
+    /// and data nodes' `redis-server` processes, in ns.
+    client_cpu: u64,
+    redis_cpu: u64,
 }
 
 impl Row {
@@ -245,11 +249,21 @@ async fn contend(
     tokio::time::sleep(WARM).await;
     let stats_before: Vec<_> = clients_v.iter().map(Client::stats).collect();
     reset_stats(nodes);
+    let pids: Vec<String> = nodes
+        .iter()
+        .chain(std::iter::once(data))
+        .filter_map(|n| n.pid())
+        .map(|p| p.to_string())
+        .collect();
+    let redis_cpu = || -> u64 { pids.iter().filter_map(|p| common::proc_cpu_ns(p)).sum() };
+    let (client_before, redis_before) = (common::self_cpu_ns(), redis_cpu());
     measuring.store(true, Ordering::SeqCst);
     let begun = Instant::now();
     tokio::time::sleep(Duration::from_secs_f64(secs)).await;
     measuring.store(false, Ordering::SeqCst);
     let span = begun.elapsed().as_secs_f64();
+    let client_cpu = common::self_cpu_ns().saturating_sub(client_before);
+    let redis_cpu = redis_cpu().saturating_sub(redis_before);
     let commands: u64 = nodes.iter().map(command_calls).sum();
     let attempts: u64 = clients_v
         .iter()
@@ -277,6 +291,8 @@ async fn contend(
         waits,
         overlaps: overlaps.load(Ordering::Relaxed),
         errors: errors.load(Ordering::Relaxed),
+        client_cpu,
+        redis_cpu,
     }
 }
 
@@ -306,14 +322,14 @@ fn report(rows: &[Row], secs: f64) {
          (one task back to back) of this run."
     );
     println!(
-        "\n| clients x tasks | queue | acq/s | / 1x1 | cmds/acq | / 1x1 | attempts/acq | Jain (clients) | grants that overtook | most overtaken | wait p50 ms | p99 ms | bound ms | overlaps |"
+        "\n| clients x tasks | queue | acq/s | / 1x1 | cmds/acq | / 1x1 | attempts/acq | Jain (clients) | grants that overtook | most overtaken | wait p50 ms | p99 ms | bound ms | CPU us/acq client + Redis | cores busy | overlaps |"
     );
-    println!("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for r in rows {
         let ahead = (r.clients * r.tasks).saturating_sub(1) as f64;
         let bound = ahead / r.rate().max(1e-9) * 1000.0;
         println!(
-            "| {} x {} | {} | {:.0} | {:.2}x | {:.1} | {:.2}x | {:.2} | {:.3} | {:.1} % | {} | {:.2} | {:.2} | {:.1} | {} |",
+            "| {} x {} | {} | {:.0} | {:.2}x | {:.1} | {:.2}x | {:.2} | {:.3} | {:.1} % | {} | {:.2} | {:.2} | {:.1} | {:.0} + {:.0} | {:.2} | {} |",
             r.clients,
             r.tasks,
             if r.fair { "fair" } else { "off" },
@@ -328,6 +344,9 @@ fn report(rows: &[Row], secs: f64) {
             pct(&r.waits, 0.5).as_secs_f64() * 1000.0,
             pct(&r.waits, 0.99).as_secs_f64() * 1000.0,
             bound,
+            r.per_acq(r.client_cpu) / 1e3,
+            r.per_acq(r.redis_cpu) / 1e3,
+            (r.client_cpu + r.redis_cpu) as f64 / 1e9 / r.secs,
             r.overlaps,
         );
     }

@@ -29,7 +29,9 @@
 //!   the resource's home node only, to the marker channel and this
 //!   client's own (`resource::fair_channels`). A notice on the own channel
 //!   names a ticket: that waiter is woken (`Place::take_named`) and nobody
-//!   else. The releasing client learns from its release's reply whether
+//!   else; a `p:` notice there, from another client's look that found the
+//!   lock free with our ticket at the head, prods that waiter
+//!   (`Place::take_prodded`: it attempts still queued). The releasing client learns from its release's reply whether
 //!   the queue was busy (`Waits::busy`), so its next waiter joins instead
 //!   of attempting. A fair queue whose home stopped answering is widened
 //!   to the classic one (`Place::widen`).
@@ -456,6 +458,13 @@ impl Shared {
         {
             let mut queues = self.lock();
             if let Some(queue) = queues.get_mut(key) {
+                if let (Some("p"), Some(ticket)) = (payload.split(':').next(), next) {
+                    // A look found the lock free with our ticket at the
+                    // head (a notice id is hex, never `p`): that waiter
+                    // attempts, still queued.
+                    queue.prod(ticket);
+                    return;
+                }
                 if next.is_some() {
                     // On this client's own channel: only the named waiter
                     // acts.
@@ -588,6 +597,22 @@ impl Queue {
         }
     }
 
+    /// Tells the waiter holding `ticket`, if it is here, to attempt while
+    /// queued: its ticket is at the head and the lock was free.
+    fn prod(&mut self, ticket: &str) -> bool {
+        let Some((id, notify, _)) = self
+            .waiters
+            .iter()
+            .find(|(_, _, t)| t.as_deref() == Some(ticket))
+        else {
+            return false;
+        };
+        let id = *id;
+        notify.notify_one();
+        self.prodded.push(id);
+        true
+    }
+
     /// Counts `notice` as heard: its copies from other nodes are ignored.
     fn remember(&mut self, notice: Arc<str>) {
         if self.recent.len() == RECENT_NOTICES {
@@ -699,21 +724,10 @@ impl Place {
     /// may not run, another of its client's waiters being first). Returns
     /// whether such a waiter is here.
     pub(crate) fn prod(&self, ticket: &str) -> bool {
-        let mut queues = self.shared.lock();
-        let Some(queue) = queues.get_mut(&self.key) else {
-            return false;
-        };
-        let Some((id, notify, _)) = queue
-            .waiters
-            .iter()
-            .find(|(_, _, t)| t.as_deref() == Some(ticket))
-        else {
-            return false;
-        };
-        let id = *id;
-        notify.notify_one();
-        queue.prodded.push(id);
-        true
+        self.shared
+            .lock()
+            .get_mut(&self.key)
+            .is_some_and(|queue| queue.prod(ticket))
     }
 
     /// Whether another waiter of this client prodded this one; consumes it.

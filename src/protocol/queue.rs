@@ -13,6 +13,7 @@ use redis::Value;
 
 use crate::node::Settled;
 use crate::protocol::shared::{Shared, Target};
+use crate::resource::notice_channel;
 use crate::wire::commands::{enqueue, lrem};
 use crate::wire::scripts::QUEUE;
 
@@ -70,11 +71,13 @@ pub(crate) async fn look(
 ) -> Option<Look> {
     let node = shared.nodes.get(target.home.index)?;
     let life = life_ms(life).to_string();
-    let args: [&[u8]; 4] = [
+    let channel = notice_channel(&target.key, node.db());
+    let args: [&[u8]; 5] = [
         ticket.as_bytes(),
         life.as_bytes(),
         stale.unwrap_or("").as_bytes(),
         if front { b"1" } else { b"" },
+        channel.as_bytes(),
     ];
     let keys: [&str; 2] = [&target.key, &target.home.queue];
     let reply = bounded(

@@ -255,10 +255,14 @@ pub(crate) static RELEASE: LazyLock<Script> =
 /// named and its attempt failed, else at the back: a queue emptied by a
 /// restart is rebuilt by the waiters' looks), keeps the queue key alive
 /// for the waiter's remaining wait, and returns `{head ticket or nil,
-/// PTTL of the lock key}`.
+/// PTTL of the lock key}`. When the lock key is absent and the head is
+/// another client's ticket, it tells that client so (`PUBLISH` of
+/// `p:0:{ticket}` on its channel: the head's waiter attempts, still
+/// queued): a head is skipped only after it was told it may go, never for
+/// a turn it did not know of.
 ///
 /// KEYS: lock key, queue key. ARGV: ticket, queue life ms, stale head or
-/// "", "1" to put the ticket at the front.
+/// "", "1" to put the ticket at the front, the key's notice channel.
 pub(crate) static QUEUE: LazyLock<Script> =
     LazyLock::new(|| Script::new("queue", include_str!("lua/queue.lua")));
 
@@ -346,7 +350,10 @@ mod tests {
         );
         assert_eq!(
             QUEUE.commands(),
-            ["LINDEX", "EXISTS", "LRANGE", "LREM", "LPOS", "LPUSH", "RPUSH", "PEXPIRE", "PTTL"]
+            [
+                "EXISTS", "LINDEX", "LRANGE", "LREM", "LPOS", "LPUSH", "RPUSH", "PEXPIRE",
+                "PUBLISH", "PTTL"
+            ]
         );
         assert_eq!(EXTEND.commands(), ["GET", "PEXPIRE"]);
         assert_eq!(WRITE_BACK.commands(), ["GET", "SET"]);
