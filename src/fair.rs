@@ -1,7 +1,8 @@
 //! Waiting in the fair queue: a blocking acquire on a busy lock takes a
 //! ticket in the resource's queue on its home node and attempts only when
-//! a release names its ticket (or, as the first waiter of its client, when
-//! its timer finds it at the head of the queue with the lock free).
+//! a release names its ticket (or when a look finds it at the head of the
+//! queue with the lock free: its client's first waiter's, at its timer, or
+//! another client's, which tells it with a `p:` notice).
 //!
 //! Across processes, grants then follow the queue's order, and one release
 //! costs one attempt however many clients and tasks wait: the others send
