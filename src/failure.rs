@@ -118,6 +118,16 @@ pub enum NodeErrorKind {
         /// What `ROLE` said.
         role: String,
     },
+    /// The node runs in cluster mode (`redis_mode:cluster` in `INFO
+    /// server`). A Redis Cluster refuses the lock's scripts and transaction,
+    /// which use keys in more than one hash slot (`CROSSSLOT`), and answers
+    /// keys of other shards with `MOVED`; redfence does not speak the
+    /// cluster protocol yet, so the node cannot vote. Give standalone
+    /// masters' URLs. Permanent.
+    #[error(
+        "node runs in cluster mode, which redfence does not support yet: give standalone masters"
+    )]
+    ClusterMode,
     /// The node is the same server (same `run_id`) as another configured
     /// node: two URLs reach one Redis process, which must not vote twice.
     #[error("same server as node {other} (run_id {run_id})")]
@@ -192,6 +202,7 @@ impl NodeErrorKind {
             | NodeErrorKind::Tls { .. }
             | NodeErrorKind::NoPermission { .. }
             | NodeErrorKind::NotMaster { .. }
+            | NodeErrorKind::ClusterMode
             | NodeErrorKind::SameServer { .. } => true,
             NodeErrorKind::Backoff { last, .. } => last.is_permanent(),
             _ => false,
@@ -208,6 +219,7 @@ impl NodeErrorKind {
                 | NodeErrorKind::Tls { .. }
                 | NodeErrorKind::Auth(_)
                 | NodeErrorKind::NotMaster { .. }
+                | NodeErrorKind::ClusterMode
                 | NodeErrorKind::SameServer { .. }
                 | NodeErrorKind::Backoff { .. }
                 | NodeErrorKind::Stalled { .. }

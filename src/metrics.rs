@@ -267,6 +267,7 @@ mod imp {
             NodeErrorKind::Auth(_) => "Auth",
             NodeErrorKind::NoPermission { .. } => "NoPermission",
             NodeErrorKind::NotMaster { .. } => "NotMaster",
+            NodeErrorKind::ClusterMode => "ClusterMode",
             NodeErrorKind::SameServer { .. } => "SameServer",
             NodeErrorKind::Backoff { .. } => "Backoff",
             NodeErrorKind::Stalled { .. } => "Stalled",
@@ -328,6 +329,7 @@ mod imp {
                 NodeErrorKind::NotMaster {
                     role: "slave".into(),
                 },
+                NodeErrorKind::ClusterMode,
                 NodeErrorKind::SameServer {
                     other: 0,
                     run_id: "r".into(),

@@ -872,6 +872,11 @@ async fn handshake(
     if role != "master" {
         return Err(NodeErrorKind::NotMaster { role });
     }
+    // A cluster node answers `ROLE` as a master too, then refuses every
+    // script of ours (`CROSSSLOT`) or sends keys elsewhere (`MOVED`).
+    if info::info_field(&server, "redis_mode") == Some("cluster") {
+        return Err(NodeErrorKind::ClusterMode);
+    }
     let field = |name: &str| {
         info::info_field(&server, name)
             .unwrap_or_default()

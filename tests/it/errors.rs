@@ -456,6 +456,37 @@ async fn replica_is_not_a_master() {
     guard.release().await;
 }
 
+/// A node in cluster mode cannot vote: `ClusterMode`, permanent, at
+/// connect (before the `CROSSSLOT` and `MOVED` replies a lock's scripts
+/// would get). Next to two standalone masters its vote is missing.
+#[tokio::test]
+async fn a_cluster_mode_node_is_refused_at_connect() {
+    let node = RedisServer::start_with(ServerOptions {
+        extra_args: ["--cluster-enabled", "yes"].map(String::from).to_vec(),
+        ..ServerOptions::default()
+    });
+    assert!(node.cli(&["INFO", "server"]).contains("redis_mode:cluster"));
+    let client = crate::helpers::client([node.url()]).unwrap();
+    let started = Instant::now();
+    let err = patient(&client, "in-a-cluster")
+        .acquire()
+        .await
+        .unwrap_err();
+    let q = assert_gave_up_at_once(&err, started);
+    assert_eq!(q.failures.len(), 1, "{err}");
+    let f = &q.failures[0];
+    assert!(matches!(f.kind, NodeErrorKind::ClusterMode), "{err}");
+    assert!(f.kind.is_permanent());
+    assert!(report(&err).contains("cluster mode"), "{err}");
+    assert_eq!(node.count_keys("*"), 0, "nothing was written");
+
+    let (m1, m2) = (RedisServer::start(), RedisServer::start());
+    let client = crate::helpers::client([m1.url(), node.url(), m2.url()]).unwrap();
+    let guard = client.acquire("in-a-cluster", secs(5)).await.unwrap();
+    assert!(guard.token().is_some());
+    guard.release().await;
+}
+
 fn auth_failure(err: &Error) -> &redfence::NodeFailure {
     let q = err.quorum_failure().unwrap_or_else(|| panic!("{err:?}"));
     q.failures
