@@ -113,34 +113,6 @@ fn main() {
     }
 }
 
-fn builder(urls: &[String]) -> redfence::Builder {
-    Client::builder(urls.iter().cloned()).restart_guard(redfence::RestartGuard::off())
-}
-
-fn reset_stats(nodes: &[RedisServer]) {
-    for node in nodes {
-        node.cli(&["CONFIG", "RESETSTAT"]);
-    }
-}
-
-/// Every command call on a node since the last `CONFIG RESETSTAT`, minus
-/// that `CONFIG`.
-fn command_calls(node: &RedisServer) -> u64 {
-    let info = node.cli(&["INFO", "commandstats"]);
-    let total: u64 = info
-        .lines()
-        .filter_map(|l| {
-            l.split_once(":calls=")?
-                .1
-                .split(',')
-                .next()?
-                .parse::<u64>()
-                .ok()
-        })
-        .sum();
-    total.saturating_sub(1)
-}
-
 /// Waiters that called `acquire` and have not got it, by arrival.
 type Waiting = Arc<Mutex<BTreeSet<(Instant, usize)>>>;
 
@@ -155,7 +127,12 @@ async fn contend(
     secs: f64,
 ) -> Row {
     let clients_v: Vec<Client> = (0..clients)
-        .map(|_| builder(urls).fair(fair).build().expect("client"))
+        .map(|_| {
+            common::bench_builder(urls)
+                .fair(fair)
+                .build()
+                .expect("client")
+        })
         .collect();
     for client in &clients_v {
         for _ in 0..3 {
@@ -248,7 +225,7 @@ async fn contend(
     }
     tokio::time::sleep(WARM).await;
     let stats_before: Vec<_> = clients_v.iter().map(Client::stats).collect();
-    reset_stats(nodes);
+    common::reset_stats(nodes);
     let pids: Vec<String> = nodes
         .iter()
         .chain(std::iter::once(data))
@@ -264,7 +241,7 @@ async fn contend(
     let span = begun.elapsed().as_secs_f64();
     let client_cpu = common::self_cpu_ns().saturating_sub(client_before);
     let redis_cpu = redis_cpu().saturating_sub(redis_before);
-    let commands: u64 = nodes.iter().map(command_calls).sum();
+    let commands: u64 = nodes.iter().map(common::command_calls).sum();
     let attempts: u64 = clients_v
         .iter()
         .zip(&stats_before)

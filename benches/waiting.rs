@@ -161,7 +161,7 @@ fn main() {
 
 /// p50 of an uncontended acquire on the 5 nodes: the lock's round trip.
 async fn round_trip(urls: &[String], secs: f64) -> Duration {
-    let client = builder(urls).build().expect("client");
+    let client = common::bench_builder(urls).build().expect("client");
     let mut samples = Vec::new();
     let end = Instant::now() + Duration::from_secs_f64(secs);
     let mut i = 0u64;
@@ -181,37 +181,6 @@ async fn round_trip(urls: &[String], secs: f64) -> Duration {
     samples[samples.len() / 2]
 }
 
-/// A client builder for the bench's servers, with the restart guard off:
-/// they started a moment ago, which the guard cannot tell from a restart
-/// without data (it would keep them out of quorums for one TTL).
-fn builder(urls: &[String]) -> redfence::Builder {
-    Client::builder(urls.iter().cloned()).restart_guard(redfence::RestartGuard::off())
-}
-
-fn reset_stats(nodes: &[RedisServer]) {
-    for node in nodes {
-        node.cli(&["CONFIG", "RESETSTAT"]);
-    }
-}
-
-/// Every command call on a node since the last `CONFIG RESETSTAT`, minus
-/// that `CONFIG` (an `INFO` does not count itself).
-fn command_calls(node: &RedisServer) -> u64 {
-    let info = node.cli(&["INFO", "commandstats"]);
-    let total: u64 = info
-        .lines()
-        .filter_map(|l| {
-            l.split_once(":calls=")?
-                .1
-                .split(',')
-                .next()?
-                .parse::<u64>()
-                .ok()
-        })
-        .sum();
-    total.saturating_sub(1)
-}
-
 async fn contend(
     nodes: &[RedisServer],
     urls: &[String],
@@ -222,7 +191,7 @@ async fn contend(
 ) -> Row {
     let clients: Vec<Client> = (0..clients)
         .map(|_| {
-            builder(urls)
+            common::bench_builder(urls)
                 .wake_on_release(matches!(mode, Mode::Notify))
                 .build()
                 .expect("client")
@@ -330,7 +299,7 @@ async fn contend(
     assert!(Instant::now() < formed, "the queue did not form in 30 s");
     tokio::time::sleep(Duration::from_millis(100)).await;
     let stats_before: Vec<_> = clients.iter().map(Client::stats).collect();
-    reset_stats(nodes);
+    common::reset_stats(nodes);
     measuring.store(true, Ordering::SeqCst);
     let window = Instant::now();
     *last_release.lock().unwrap() = Some(Instant::now());
@@ -346,7 +315,7 @@ async fn contend(
     }
     measuring.store(false, Ordering::SeqCst);
     let elapsed = window.elapsed().as_secs_f64();
-    let commands: u64 = nodes.iter().map(command_calls).sum();
+    let commands: u64 = nodes.iter().map(common::command_calls).sum();
     let attempts: u64 = clients
         .iter()
         .zip(&stats_before)

@@ -40,6 +40,22 @@ pub(crate) fn hopeless(failure: &QuorumFailure) -> bool {
     permanent > failure.nodes - failure.quorum
 }
 
+/// When a contended attempt's holder's keys will have freed a majority
+/// (from the `PTTL`s its failure carries), spread by [`EXPIRY_SPREAD`];
+/// `None` for another failure, or when the holder's expiry is unknown.
+pub(crate) fn holder_expiry(failure: &QuorumFailure, now: Instant) -> Option<Instant> {
+    match failure.reason {
+        FailureReason::Contended => free_in(
+            failure.nodes,
+            failure.quorum,
+            failure.granted,
+            &failure.failures,
+        )
+        .map(|d| later(now, d.saturating_add(jitter(EXPIRY_SPREAD)))),
+        _ => None,
+    }
+}
+
 pub(crate) fn log_failure(attempts: u32, failure: &QuorumFailure) {
     tracing::debug!(
         attempts,
@@ -232,16 +248,7 @@ async fn fair_wait(
                 waiter.named = false;
                 // Never straight back: the attempt just failed, so wait for
                 // a release, the holder's expiry or the fallback pause.
-                let expiry = match failure.reason {
-                    FailureReason::Contended => free_in(
-                        failure.nodes,
-                        failure.quorum,
-                        failure.granted,
-                        &failure.failures,
-                    )
-                    .map(|d| later(now, d.saturating_add(jitter(EXPIRY_SPREAD)))),
-                    _ => None,
-                };
+                let expiry = holder_expiry(&failure, now);
                 let fallback = waiter.fallback(now);
                 let from_look = match from_look {
                     Some(Next::Wait(at)) => at,

@@ -13,12 +13,12 @@ use tracing::{Instrument, Span};
 
 use crate::autoextend::{AutoExtend, Schedule};
 use crate::error::Error;
-use crate::failure::{FailureReason, QuorumFailure};
-use crate::fair::{hopeless, log_failure, wait_fair, Fair, EXPIRY_SPREAD};
+use crate::failure::QuorumFailure;
+use crate::fair::{holder_expiry, hopeless, log_failure, wait_fair, Fair, EXPIRY_SPREAD};
 use crate::guard::LockGuard;
 use crate::lease::Lease;
 use crate::metrics;
-use crate::notify::{free_in, Place};
+use crate::notify::Place;
 use crate::protocol::attempt::{attempt, probe};
 use crate::protocol::shared::{Grant, Shared, Target};
 use crate::quorum::quorum;
@@ -294,16 +294,7 @@ impl LockRequest {
             let place = place
                 .get_or_insert_with(|| self.shared.waits.join(&self.shared.nodes, &target.key));
             let fallback = later(now, self.retry.pause(attempts, jitter));
-            let expiry = match failure.reason {
-                FailureReason::Contended => free_in(
-                    failure.nodes,
-                    failure.quorum,
-                    failure.granted,
-                    &failure.failures,
-                )
-                .map(|d| later(now, d.saturating_add(jitter(EXPIRY_SPREAD)))),
-                _ => None,
-            };
+            let expiry = holder_expiry(&failure, now);
             let wake_at = expiry.map_or(fallback, |e| e.min(fallback)).min(deadline);
             let fresh = fresh.then_some(attempt_start);
             self.await_retry(

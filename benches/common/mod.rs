@@ -1,4 +1,4 @@
-//! What `benches/lock.rs` and `benches/scale.rs` share: the cycle of each
+//! What the benches share (`lock.rs` and `scale.rs` most): the cycle of each
 //! kind of client (the crate, the raw floors, the rslock peer), driving
 //! cycles for a fixed time, contention on one resource with its invariant
 //! checks (tokens in grant order, no overlapping holders), the server-side
@@ -843,4 +843,38 @@ pub async fn floor_conns(urls: &[String]) -> Vec<MultiplexedConnection> {
         }
     }))
     .await
+}
+
+// ---------------------------------------------------------------------------
+// Clients and command counts of the waiting and hot benches.
+
+/// A client builder for the bench's servers, with the restart guard off:
+/// they started a moment ago, which the guard cannot tell from a restart
+/// without data (it would keep them out of quorums for one TTL).
+pub fn bench_builder(urls: &[String]) -> redfence::Builder {
+    redfence::Client::builder(urls.iter().cloned()).restart_guard(redfence::RestartGuard::off())
+}
+
+pub fn reset_stats(nodes: &[RedisServer]) {
+    for node in nodes {
+        node.cli(&["CONFIG", "RESETSTAT"]);
+    }
+}
+
+/// Every command call on a node since the last `CONFIG RESETSTAT`, minus
+/// that `CONFIG` (an `INFO` does not count itself).
+pub fn command_calls(node: &RedisServer) -> u64 {
+    let info = node.cli(&["INFO", "commandstats"]);
+    let total: u64 = info
+        .lines()
+        .filter_map(|l| {
+            l.split_once(":calls=")?
+                .1
+                .split(',')
+                .next()?
+                .parse::<u64>()
+                .ok()
+        })
+        .sum();
+    total.saturating_sub(1)
 }

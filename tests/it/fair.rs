@@ -324,13 +324,8 @@ async fn a_cancelled_waiter_leaves_the_queue() {
         eventually(secs(5), || queued(&cluster, "leave") == 1).await,
         "the cancelled waiter's ticket stayed in the queue"
     );
-    let released = Instant::now();
-    holder.release().await;
-    let (got, at) = tokio::time::timeout(secs(30), second)
-        .await
-        .unwrap()
-        .unwrap();
-    let waited = at - released;
+    let (got, after) = release_and_wait(holder, second, secs(30)).await;
+    let waited = after;
     println!("the second waiter got the lock {waited:?} after the release");
     assert!(waited < secs(5), "{waited:?}: its timer, not the release");
     got.unwrap().release().await;
@@ -374,13 +369,8 @@ async fn a_paused_home_node_widens_the_queue() {
     assert!(eventually(secs(10), || queued(&cluster, "paused-home") == 1).await);
     let home = home_of(&cluster, "paused-home").expect("a home node");
     cluster.node(home).pause();
-    let released = Instant::now();
-    holder.release().await;
-    let (got, at) = tokio::time::timeout(secs(30), waiter)
-        .await
-        .unwrap()
-        .unwrap();
-    let waited = at - released;
+    let (got, after) = release_and_wait(holder, waiter, secs(30)).await;
+    let waited = after;
     println!("with the home node paused, the waiter got the lock {waited:?} after the release");
     cluster.node(home).resume();
     let guard = got.expect("acquired on the remaining majority");
@@ -462,6 +452,25 @@ async fn a_free_head_is_told_to_go_before_it_is_skipped() {
     );
 }
 
+/// A waiter's task: its acquire's outcome and when it came.
+type Waiting = tokio::task::JoinHandle<(Result<redfence::LockGuard, redfence::Error>, Instant)>;
+
+/// Releases `holder` and waits (`within` at most) for `waiter`: its
+/// outcome and how long after the release it came.
+async fn release_and_wait(
+    holder: redfence::LockGuard,
+    waiter: Waiting,
+    within: Duration,
+) -> (Result<redfence::LockGuard, redfence::Error>, Duration) {
+    let released = Instant::now();
+    holder.release().await;
+    let (got, at) = tokio::time::timeout(within, waiter)
+        .await
+        .expect("the waiter hung")
+        .unwrap();
+    (got, at - released)
+}
+
 /// The resource's home index as the client computes it (FNV-1a of the
 /// name, its fence bucket, modulo N): a test picks a resource by its home.
 fn home_index(resource: &str, nodes: usize) -> usize {
@@ -528,13 +537,7 @@ async fn a_release_names_the_next_waiter_on_a_home_its_acquire_missed() {
     );
     // Past the holder's reconnect pause: its release can reach the home.
     tokio::time::sleep(secs(2)).await;
-    let released = Instant::now();
-    holder.release().await;
-    let (got, at) = tokio::time::timeout(secs(30), waiter)
-        .await
-        .unwrap()
-        .unwrap();
-    let after = at - released;
+    let (got, after) = release_and_wait(holder, waiter, secs(30)).await;
     println!("a release to a home its acquire missed woke the waiter {after:?} after it");
     assert!(after < secs(5), "woken {after:?} after the release");
     got.expect("the waiter gets the lock").release().await;
@@ -858,14 +861,9 @@ fn a_killed_waiter_process_holds_the_queue_up_less_than_a_ttl() {
             (got, Instant::now())
         });
         assert!(eventually(secs(10), || queued(&cluster, "killed") == 5).await);
-        let released = Instant::now();
-        holder.release().await;
-        let (got, at) = tokio::time::timeout(secs(60), waiter)
-            .await
-            .unwrap()
-            .unwrap();
+        let (got, after) = release_and_wait(holder, waiter, secs(60)).await;
         got.expect("the live waiter gets the lock").release().await;
-        at - released
+        after
     });
     println!("behind 4 dead tickets, the live waiter got the lock {waited:?} after the release");
     assert!(waited < secs(10), "{waited:?}: more than a TTL");
