@@ -437,8 +437,8 @@ impl LockRequest {
     }
 
     /// One attempt, no waiting. `Ok(None)` when the lock is held by another
-    /// owner ([`FailureReason::Contended`]): the batch-job "someone else is
-    /// on it, skip" case. Other failures (nodes down, validity used up) are
+    /// owner ([`FailureReason::Contended`](crate::FailureReason::Contended)):
+    /// the batch-job "someone else is on it, skip" case. Other failures (nodes down, validity used up) are
     /// errors, because skipping on them would skip work nobody is doing.
     pub async fn try_acquire(self) -> Result<Option<LockGuard>, Error> {
         let started = Instant::now();
