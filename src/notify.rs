@@ -31,9 +31,9 @@
 //!   names a ticket: that waiter is woken (`Place::take_named`) and nobody
 //!   else; a `p:` notice there, from another client's look that found the
 //!   lock free with our ticket at the head, prods that waiter
-//!   (`Place::take_prodded`: it attempts still queued). The releasing client learns from its release's reply whether
-//!   the queue was busy (`Waits::busy`), so its next waiter joins instead
-//!   of attempting. A fair queue whose home stopped answering is widened
+//!   (`Place::take_prodded`: it attempts still queued). The releasing
+//!   client learns from its release's reply whether the queue was busy
+//!   (`Waits::busy`), so its next waiter joins instead of attempting. A fair queue whose home stopped answering is widened
 //!   to the classic one (`Place::widen`).
 //!
 //! The pure part, when the holder's keys free a majority, is [`free_in`].
