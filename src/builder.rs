@@ -12,7 +12,7 @@ use crate::limits::{DEFAULT_PREFIX, MAX_NODES, MAX_PREFIX_LEN, MAX_TTL};
 use crate::node::NodeTimeouts;
 use crate::notify::DEFAULT_LOCAL_HANDOFFS;
 use crate::protocol::shared::Shared;
-use crate::resource::validate_prefix;
+use crate::resource::{validate_prefix, validate_tagged_prefix, Layout};
 use crate::restart::RestartGuard;
 use crate::retry::Retry;
 use crate::tls::Tls;
@@ -261,13 +261,26 @@ impl Builder {
                 reason,
             });
         }
+        let layout = if self.urls.iter().any(NodeSpec::is_cluster) {
+            Layout::Tagged
+        } else {
+            Layout::Plain
+        };
+        if layout == Layout::Tagged {
+            if let Err(reason) = validate_tagged_prefix(&self.key_prefix) {
+                return Err(ConfigError::Prefix {
+                    prefix: self.key_prefix,
+                    reason,
+                });
+            }
+        }
         let timeouts = NodeTimeouts {
             connect: self.connect_timeout,
             backoff_min: Duration::from_millis(25).min(self.reconnect_backoff_max),
             backoff_max: self.reconnect_backoff_max,
             probe: self.node_timeout,
         };
-        let nodes = config::nodes(&self.urls, self.tls.as_ref(), timeouts)?;
+        let nodes = config::nodes(&self.urls, self.tls.as_ref(), timeouts, &self.key_prefix)?;
         let config = Config {
             node_timeout: self.node_timeout,
             drift_factor,
@@ -280,6 +293,7 @@ impl Builder {
             max_local_handoffs: self.max_local_handoffs,
             fair: self.fair,
             restart_guard: self.restart_guard,
+            layout,
         };
         Ok(Client::from_shared(Shared::new(nodes, config)))
     }

@@ -8,8 +8,10 @@ use std::time::Duration;
 use redis::{ConnectionAddr, ConnectionInfo, IntoConnectionInfo};
 
 use crate::autoextend::AutoExtend;
+use crate::cluster::{Cluster, MakeClient};
 use crate::error::ConfigError;
-use crate::node::{Node, NodeTimeouts, Registry};
+use crate::node::{Node, NodeTimeouts, Registry, Server};
+use crate::resource::Layout;
 use crate::restart::RestartGuard;
 use crate::retry::Retry;
 use crate::tls::{self, Tls};
@@ -30,6 +32,8 @@ pub(crate) struct Config {
     pub(crate) max_local_handoffs: u32,
     pub(crate) fair: bool,
     pub(crate) restart_guard: RestartGuard,
+    /// Tagged when a node is a Redis Cluster.
+    pub(crate) layout: Layout,
 }
 
 /// One node of a client: a URL, or the `redis::ConnectionInfo` a service
@@ -40,6 +44,9 @@ pub(crate) struct Config {
 /// URLs are `redis://[user][:password@]host[:port][/db]`,
 /// `rediss://…` for TLS (feature `tls`, see [`Tls`]), or
 /// `unix:///path/to/redis.sock[?db=N&user=U&pass=P]` (also `redis+unix://`).
+/// A Redis Cluster is one node: `redis+cluster://[user][:password@]host:port`
+/// (`rediss+cluster://` for TLS) names one of its nodes, from which the
+/// client reads the others; [`NodeSpec::cluster`] takes several seeds.
 /// Its `Debug` never shows a password.
 #[derive(Clone)]
 pub struct NodeSpec(Spec);
@@ -48,6 +55,45 @@ pub struct NodeSpec(Spec);
 enum Spec {
     Url(String),
     Info(Box<ConnectionInfo>),
+    /// A Redis Cluster, by its seeds (plain specs).
+    Cluster(Vec<NodeSpec>),
+}
+
+impl NodeSpec {
+    /// One Redis Cluster as one node (one vote), given some of its nodes
+    /// as `redis://` or `rediss://` URLs (or `redis::ConnectionInfo`s):
+    /// the client reads the slot map from whichever answers first. Every
+    /// key of one resource shares a hash tag, so each lock lives on one
+    /// shard; see README, "Redis Cluster".
+    pub fn cluster<I, S>(seeds: I) -> NodeSpec
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<NodeSpec>,
+    {
+        NodeSpec(Spec::Cluster(seeds.into_iter().map(Into::into).collect()))
+    }
+
+    /// Whether this spec is a Redis Cluster (`redis+cluster://` or
+    /// [`NodeSpec::cluster`]).
+    pub fn is_cluster(&self) -> bool {
+        match &self.0 {
+            Spec::Url(url) => cluster_scheme(url).is_some(),
+            Spec::Info(_) => false,
+            Spec::Cluster(_) => true,
+        }
+    }
+}
+
+/// `redis+cluster://…` as `redis://…` (and `rediss+cluster` as `rediss`);
+/// `None` for other URLs.
+fn cluster_scheme(url: &str) -> Option<String> {
+    let (scheme, rest) = url.split_once("://")?;
+    let plain = match scheme.to_ascii_lowercase().as_str() {
+        "redis+cluster" => "redis",
+        "rediss+cluster" => "rediss",
+        _ => return None,
+    };
+    Some(format!("{plain}://{rest}"))
 }
 
 impl From<&str> for NodeSpec {
@@ -82,6 +128,7 @@ impl std::fmt::Debug for NodeSpec {
                 .debug_tuple("NodeSpec")
                 .field(&describe_addr(info.addr()))
                 .finish(),
+            Spec::Cluster(seeds) => f.debug_tuple("Cluster").field(seeds).finish(),
         }
     }
 }
@@ -105,30 +152,118 @@ pub(crate) fn nodes(
     specs: &[NodeSpec],
     tls: Option<&Tls>,
     timeouts: NodeTimeouts,
+    prefix: &str,
 ) -> Result<Vec<Arc<Node>>, ConfigError> {
     let registry = Registry::new(specs.len());
     let mut seen: Vec<String> = Vec::with_capacity(specs.len());
     let mut nodes = Vec::with_capacity(specs.len());
     for (index, spec) in specs.iter().enumerate() {
-        let (client, addr, db) = parse_node(index, spec, tls)?;
-        if let Some(first) = seen.iter().position(|a| *a == addr) {
-            return Err(ConfigError::DuplicateNode {
-                addr,
-                first,
-                second: index,
-            });
+        let seeds = match &spec.0 {
+            Spec::Cluster(seeds) => seeds.clone(),
+            Spec::Url(url) => match cluster_scheme(url) {
+                Some(plain) => vec![NodeSpec::from(plain)],
+                None => Vec::new(),
+            },
+            Spec::Info(_) => Vec::new(),
+        };
+        let (node, addrs) = if seeds.is_empty() {
+            let (client, addr, db) = parse_node(index, spec, tls)?;
+            let server = Server::new(
+                index,
+                addr.clone(),
+                db,
+                client,
+                timeouts,
+                Arc::clone(&registry),
+                false,
+            );
+            (Node::server(server), vec![addr])
+        } else {
+            cluster_node(index, &seeds, tls, timeouts, prefix)?
+        };
+        for addr in addrs {
+            if let Some(first) = seen.iter().position(|a| *a == addr) {
+                return Err(ConfigError::DuplicateNode {
+                    addr,
+                    first,
+                    second: index,
+                });
+            }
+            seen.push(addr);
         }
-        seen.push(addr.clone());
-        nodes.push(Node::new(
-            index,
-            addr,
-            db,
-            client,
-            timeouts,
-            Arc::clone(&registry),
-        ));
+        nodes.push(node);
     }
     Ok(nodes)
+}
+
+/// A Redis Cluster node from its seeds; also the seeds' addresses, for the
+/// duplicate check.
+fn cluster_node(
+    index: usize,
+    seeds: &[NodeSpec],
+    tls: Option<&Tls>,
+    timeouts: NodeTimeouts,
+    prefix: &str,
+) -> Result<(Arc<Node>, Vec<String>), ConfigError> {
+    let mut infos = Vec::with_capacity(seeds.len());
+    let mut addrs = Vec::with_capacity(seeds.len());
+    for seed in seeds {
+        if matches!(seed.0, Spec::Cluster(_)) || seed.is_cluster() {
+            return Err(ConfigError::UnsupportedUrl {
+                index,
+                url: format!("{seed:?}"),
+                reason: "is a cluster inside a cluster: give the cluster's seeds as redis:// urls",
+            });
+        }
+        let (client, addr, db) = parse_node(index, seed, tls)?;
+        if db != 0 || addr.starts_with("unix:") {
+            return Err(ConfigError::UnsupportedUrl {
+                index,
+                url: format!("{seed:?}"),
+                reason: "is not a tcp address of database 0 (a Redis Cluster has only database 0)",
+            });
+        }
+        infos.push(client.get_connection_info().clone());
+        addrs.push(addr);
+    }
+    let Some(first) = addrs.first() else {
+        return Err(ConfigError::UnsupportedUrl {
+            index,
+            url: String::from("NodeSpec::cluster([])"),
+            reason: "names no seed",
+        });
+    };
+    let name = format!("cluster:{first}");
+    let make = make_client(tls);
+    let cluster = Cluster::new(
+        index,
+        infos,
+        make,
+        timeouts,
+        prefix.to_owned(),
+        tls.cloned(),
+    );
+    Ok((Node::cluster(index, name, cluster), addrs))
+}
+
+/// Makes a cluster master's client from a seed's settings: with the TLS
+/// settings for `rediss://`, as the seed's was.
+fn make_client(tls: Option<&Tls>) -> MakeClient {
+    #[cfg(feature = "tls")]
+    {
+        let tls = tls.cloned();
+        Arc::new(move |info: ConnectionInfo| match (&tls, info.addr()) {
+            (Some(tls), ConnectionAddr::TcpTls { .. }) => {
+                redis::Client::build_with_tls(info, tls.certificates()?)
+            }
+            _ => redis::Client::open(info),
+        })
+    }
+    #[cfg(not(feature = "tls"))]
+    {
+        let _ = tls;
+        Arc::new(redis::Client::open)
+    }
 }
 
 /// Parses one URL into a redis client and the address used to detect
@@ -142,6 +277,7 @@ fn parse_node(
     let shown = match &spec.0 {
         Spec::Url(url) => redact(url),
         Spec::Info(info) => describe_addr(info.addr()),
+        Spec::Cluster(_) => format!("{spec:?}"),
     };
     let invalid = |source| ConfigError::InvalidUrl {
         index,
@@ -162,6 +298,9 @@ fn parse_node(
             url.as_str().into_connection_info().map_err(invalid)?
         }
         Spec::Info(info) => (**info).clone(),
+        Spec::Cluster(_) => {
+            return Err(unsupported("is a cluster where a server was expected"));
+        }
     };
     let (addr, secure) = match info.addr() {
         ConnectionAddr::Tcp(host, port) => (format!("{}:{port}", host.to_ascii_lowercase()), false),

@@ -119,15 +119,25 @@ pub enum NodeErrorKind {
         role: String,
     },
     /// The node runs in cluster mode (`redis_mode:cluster` in `INFO
-    /// server`). A Redis Cluster refuses the lock's scripts and transaction,
-    /// which use keys in more than one hash slot (`CROSSSLOT`), and answers
-    /// keys of other shards with `MOVED`; redfence does not speak the
-    /// cluster protocol yet, so the node cannot vote. Give standalone
-    /// masters' URLs. Permanent.
-    #[error(
-        "node runs in cluster mode, which redfence does not support yet: give standalone masters"
-    )]
+    /// server`) but was given as a plain `redis://` URL: its keys live on
+    /// several shards, which answer each other's keys with `MOVED`. Give it
+    /// as a cluster node (`redis+cluster://host:port`, or
+    /// [`NodeSpec::cluster`](crate::NodeSpec::cluster)). Permanent.
+    #[error("node runs in cluster mode: give it as redis+cluster://host:port")]
     ClusterMode,
+    /// A node given as a Redis Cluster (`redis+cluster://`,
+    /// [`NodeSpec::cluster`](crate::NodeSpec::cluster)) whose seed is not
+    /// in cluster mode: give it as `redis://`. Permanent.
+    #[error("node given as a cluster is not in cluster mode: give it as redis://host:port")]
+    NotCluster,
+    /// A cluster node's topology could not be read or followed: no seed or master answered `CLUSTER SLOTS`,
+    /// no master serves the key's slot, or redirects went on past the
+    /// limit.
+    #[error("cluster topology: {reason}")]
+    ClusterTopology {
+        /// What went wrong.
+        reason: String,
+    },
     /// The node is the same server (same `run_id`) as another configured
     /// node: two URLs reach one Redis process, which must not vote twice.
     #[error("same server as node {other} (run_id {run_id})")]
@@ -203,6 +213,7 @@ impl NodeErrorKind {
             | NodeErrorKind::NoPermission { .. }
             | NodeErrorKind::NotMaster { .. }
             | NodeErrorKind::ClusterMode
+            | NodeErrorKind::NotCluster
             | NodeErrorKind::SameServer { .. } => true,
             NodeErrorKind::Backoff { last, .. } => last.is_permanent(),
             _ => false,
@@ -220,6 +231,7 @@ impl NodeErrorKind {
                 | NodeErrorKind::Auth(_)
                 | NodeErrorKind::NotMaster { .. }
                 | NodeErrorKind::ClusterMode
+                | NodeErrorKind::NotCluster
                 | NodeErrorKind::SameServer { .. }
                 | NodeErrorKind::Backoff { .. }
                 | NodeErrorKind::Stalled { .. }

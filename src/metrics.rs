@@ -268,6 +268,8 @@ mod imp {
             NodeErrorKind::NoPermission { .. } => "NoPermission",
             NodeErrorKind::NotMaster { .. } => "NotMaster",
             NodeErrorKind::ClusterMode => "ClusterMode",
+            NodeErrorKind::NotCluster => "NotCluster",
+            NodeErrorKind::ClusterTopology { .. } => "ClusterTopology",
             NodeErrorKind::SameServer { .. } => "SameServer",
             NodeErrorKind::Backoff { .. } => "Backoff",
             NodeErrorKind::Stalled { .. } => "Stalled",
@@ -330,6 +332,8 @@ mod imp {
                     role: "slave".into(),
                 },
                 NodeErrorKind::ClusterMode,
+                NodeErrorKind::NotCluster,
+                NodeErrorKind::ClusterTopology { reason: "x".into() },
                 NodeErrorKind::SameServer {
                     other: 0,
                     run_id: "r".into(),

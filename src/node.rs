@@ -1,250 +1,45 @@
-//! One Redis master: its connection, its identity checks, and every command
-//! sent to it, each bounded by a deadline.
-//!
-//! One concept, one file (about 750 lines): the connection state machine,
-//! the identity checks and the stalled-node logic all guard the same
-//! `Inner` under one mutex.
-//!
-//! Each node keeps **one** multiplexed connection, shared by every task of the
-//! client and reused across calls: concurrent commands are pipelined on it,
-//! so there is no pool and no connection per command. The connection is our
-//! own small state machine rather than redis-rs's `ConnectionManager` because
-//! a (re)connect must run the identity checks (`INFO server`, `ROLE`) *before*
-//! the first lock command travels over it; `ConnectionManager` reconnects
-//! silently underneath its users.
-//!
-//! Commands on one connection are executed by Redis in the order they were
-//! enqueued. The lock protocol relies on that: a release enqueued after an
-//! acquire on the same node can never be overtaken by it, even when the node
-//! is paused and both sit in its socket buffer.
+//! One Redlock node, one vote: a Redis server (`server.rs`) or a Redis
+//! Cluster (`cluster.rs`), behind the calls the protocol makes.
 
-use std::fmt;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use futures::future::{BoxFuture, FutureExt, Shared};
-use redis::aio::MultiplexedConnection;
-use redis::{
-    AsyncConnectionConfig, Cmd, ConnectionAddr, ErrorKind, Pipeline, RedisError, ServerErrorKind,
-    Value,
-};
+use redis::{Cmd, Pipeline, Value};
 
+use crate::cluster::{Cluster, Routed};
 use crate::failure::NodeErrorKind;
-use crate::metrics::NodeGauges;
-use crate::restart;
-use crate::tls;
-use crate::wire::scripts::{lock_scripts, Script};
-use crate::wire::{info, probe};
+use crate::wire::scripts::Script;
 
-/// Set when a fan-out has decided (see `fanout`): a request that only then
-/// gets its connection sends nothing.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct Settled(Option<Arc<AtomicBool>>);
+pub(crate) use crate::server::{NodeTimeouts, Registry, Server, Settled, Vote};
 
-impl Settled {
-    /// A flag that is never set: for requests that must go out however late
-    /// (releases).
-    pub(crate) const NEVER: Settled = Settled(None);
-
-    pub(crate) fn new() -> Self {
-        Self(Some(Arc::default()))
-    }
-
-    pub(crate) fn is_set(&self) -> bool {
-        self.0.as_ref().is_some_and(|f| f.load(Ordering::Acquire))
-    }
-
-    pub(crate) fn set(&self) {
-        if let Some(f) = &self.0 {
-            f.store(true, Ordering::Release);
-        }
-    }
-}
-
-/// What a node learned about the server at connect time. Later features (the
-/// restart guard) compare `run_id` and `uptime` across reconnects.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Identity {
-    pub(crate) run_id: String,
-    pub(crate) version: String,
-    pub(crate) uptime: Duration,
-}
-
-type ConnectResult = Result<Connected, NodeErrorKind>;
-
-/// Commands that may wait to be written on one node's connection.
-const PIPELINE_BUFFER: usize = 1024;
-
-#[derive(Clone)]
-struct Connected {
-    conn: MultiplexedConnection,
-    /// Distinguishes this connection from its successors, so a failure seen
-    /// on an old connection cannot tear down a newer one.
-    generation: u64,
-    identity: Arc<Identity>,
-    /// When the server started, on this process's clock (the restart
-    /// guard's reference; see `restart.rs`).
-    started: Instant,
-}
-
-enum State {
-    /// Never connected, or the last connection was lost: connect on next use.
-    Idle,
-    /// A connect is in flight; every caller awaits the same one.
-    Connecting(Shared<BoxFuture<'static, ConnectResult>>),
-    Ready(Connected),
-    /// The last connect failed; calls fail fast until `retry_at`.
-    Down {
-        retry_at: Instant,
-        error: NodeErrorKind,
-    },
-}
-
-/// Node state shared by the nodes of one client: the `run_id` each node
-/// reported, to catch two URLs that reach the same server.
-#[derive(Debug, Default)]
-pub(crate) struct Registry {
-    run_ids: Mutex<Vec<Option<String>>>,
-}
-
-impl Registry {
-    pub(crate) fn new(nodes: usize) -> Arc<Self> {
-        Arc::new(Self {
-            run_ids: Mutex::new(vec![None; nodes]),
-        })
-    }
-
-    /// Records `run_id` for node `index`, unless another node already
-    /// claimed it. The first node to connect keeps the identity, so the
-    /// outcome does not flap between the two URLs.
-    /// Returns the `run_id` the node had before, if any.
-    fn claim(&self, index: usize, run_id: &str) -> Result<Option<String>, usize> {
-        // A std Mutex: held for a scan of N entries, never across an await.
-        let mut ids = self.run_ids.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(other) = ids
-            .iter()
-            .enumerate()
-            .position(|(i, id)| i != index && id.as_deref() == Some(run_id))
-        {
-            return Err(other);
-        }
-        Ok(ids
-            .get_mut(index)
-            .and_then(|slot| slot.replace(run_id.to_owned())))
-    }
-}
-
-/// Timing settings a node needs.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct NodeTimeouts {
-    /// Bound on TCP connect + AUTH + identity checks.
-    pub(crate) connect: Duration,
-    /// First pause after a failed connect; doubles up to `backoff_max`.
-    pub(crate) backoff_min: Duration,
-    pub(crate) backoff_max: Duration,
-    /// Interval between probes of a stalled node (the node timeout).
-    pub(crate) probe: Duration,
-}
-
+#[derive(Debug)]
 pub(crate) struct Node {
     index: usize,
     addr: String,
-    /// The database index the URL selects.
-    db: i64,
-    client: redis::Client,
-    timeouts: NodeTimeouts,
-    registry: Arc<Registry>,
-    me: Weak<Node>,
-    inner: Mutex<Inner>,
-    /// Origin of `last_reply`, which is an atomic to keep the lock off the
-    /// reply path.
-    epoch: Instant,
-    /// Nanoseconds after `epoch` of the last answer from this node.
-    last_reply: AtomicU64,
-    /// Mirrors `inner.stalled.is_some()` so a reply only takes the lock when
-    /// there is something to clear.
-    stalled_hint: AtomicBool,
-    /// The `run_id` of the server whose fences the restart guard re-seeded
-    /// from a majority (see `Client::reseed`).
-    reseeded: Mutex<Option<String>>,
-    /// Set when a fenced vote found the server young and not re-seeded; the
-    /// client takes it and starts the re-seed.
-    reseed_wanted: AtomicBool,
-    /// A re-seed is running.
-    reseeding: AtomicBool,
-    /// Up, stalled, quarantined: reported on change (feature `metrics`).
-    gauges: NodeGauges,
+    kind: Kind,
 }
 
-/// What a request that counts toward a quorum needs from the restart guard.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Vote {
-    /// A server that started less than this ago does not vote.
-    pub(crate) window: Duration,
-    /// Fenced requests also need a young server's fences re-seeded.
-    pub(crate) fenced: bool,
-}
-
-struct Inner {
-    state: State,
-    next_generation: u64,
-    backoff: Duration,
-    /// Send time of the oldest request known unanswered, while stalled.
-    stalled: Option<Instant>,
-    next_probe: Instant,
-    /// While stalled: when to try a fresh connection next (see
-    /// `try_replacement`), and whether one is being tried.
-    next_replacement: Instant,
-    replacing: bool,
-    /// The last connect's failure, if permanent; cleared by a connect that
-    /// succeeds.
-    refused: Option<NodeErrorKind>,
-}
-
-impl fmt::Debug for Node {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Node")
-            .field("index", &self.index)
-            .field("addr", &self.addr)
-            .finish_non_exhaustive()
-    }
+/// What a node is.
+#[derive(Debug, Clone)]
+pub(crate) enum Kind {
+    Server(Arc<Server>),
+    Cluster(Arc<Cluster>),
 }
 
 impl Node {
-    pub(crate) fn new(
-        index: usize,
-        addr: String,
-        db: i64,
-        client: redis::Client,
-        timeouts: NodeTimeouts,
-        registry: Arc<Registry>,
-    ) -> Arc<Self> {
-        Arc::new_cyclic(|me| Node {
+    pub(crate) fn server(server: Arc<Server>) -> Arc<Self> {
+        Arc::new(Node {
+            index: server.index(),
+            addr: server.addr().to_owned(),
+            kind: Kind::Server(server),
+        })
+    }
+
+    pub(crate) fn cluster(index: usize, addr: String, cluster: Arc<Cluster>) -> Arc<Self> {
+        Arc::new(Node {
             index,
             addr,
-            db,
-            client,
-            timeouts,
-            registry,
-            me: me.clone(),
-            inner: Mutex::new(Inner {
-                state: State::Idle,
-                next_generation: 0,
-                backoff: timeouts.backoff_min,
-                stalled: None,
-                next_probe: Instant::now(),
-                next_replacement: Instant::now(),
-                replacing: false,
-                refused: None,
-            }),
-            epoch: Instant::now(),
-            last_reply: AtomicU64::new(0),
-            stalled_hint: AtomicBool::new(false),
-            reseeded: Mutex::new(None),
-            reseed_wanted: AtomicBool::new(false),
-            reseeding: AtomicBool::new(false),
-            gauges: NodeGauges::default(),
+            kind: Kind::Cluster(cluster),
         })
     }
 
@@ -252,40 +47,39 @@ impl Node {
         self.index
     }
 
+    /// `host:port[/db]`, `unix:path`, or `cluster:host:port` (the first
+    /// seed).
     pub(crate) fn addr(&self) -> &str {
         &self.addr
     }
 
-    /// The database index this node's URL selects.
-    pub(crate) fn db(&self) -> i64 {
-        self.db
+    pub(crate) fn kind(&self) -> &Kind {
+        &self.kind
     }
 
-    /// For the subscription connection, which is not multiplexed with the
-    /// lock commands (a subscribed connection accepts no other commands).
-    pub(crate) fn redis_client(&self) -> &redis::Client {
-        &self.client
+    /// The database index the URL selects (always 0 on a cluster).
+    pub(crate) fn db(&self) -> i64 {
+        match &self.kind {
+            Kind::Server(s) => s.db(),
+            Kind::Cluster(_) => 0,
+        }
     }
 
     pub(crate) fn connect_timeout(&self) -> Duration {
-        self.timeouts.connect
+        match &self.kind {
+            Kind::Server(s) => s.connect_timeout(),
+            Kind::Cluster(c) => c.timeouts().connect,
+        }
     }
 
     pub(crate) fn backoff_max(&self) -> Duration {
-        self.timeouts.backoff_max
+        match &self.kind {
+            Kind::Server(s) => s.backoff_max(),
+            Kind::Cluster(c) => c.timeouts().backoff_max,
+        }
     }
 
-    fn lock_inner(&self) -> std::sync::MutexGuard<'_, Inner> {
-        // Nothing panics while holding this lock; recover from poison anyway
-        // rather than propagate a panic into the caller.
-        self.inner.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// Runs `script` on this node. If `settled` is set by the time a
-    /// connection is available, nothing is sent (see `fanout`: a straggler
-    /// must not overtake a later release). `through_stall` sends even to a
-    /// node marked stalled (releases: the command they follow may be queued
-    /// there). The caller bounds the wait; dropping the future abandons it.
+    /// See [`Server::run_script_prepared`].
     pub(crate) async fn run_script(
         &self,
         script: &Script,
@@ -300,9 +94,7 @@ impl Node {
             .await
     }
 
-    /// [`run_script`](Self::run_script) with its `EVALSHA` built by the
-    /// caller (`script.evalsha(keys, args)`), so that a fan-out builds it
-    /// once for every node instead of once per node.
+    /// See [`Server::run_script_prepared`].
     pub(crate) async fn run_script_prepared(
         &self,
         script: &Script,
@@ -311,614 +103,120 @@ impl Node {
         through_stall: bool,
         vote: Option<Vote>,
     ) -> Result<Value, NodeErrorKind> {
-        let connected = self.ready(settled, through_stall, vote).await?;
-        let mut conn = connected.conn.clone();
-        let first = evalsha.query_async(&mut conn).await;
-        let reply = match first {
-            Err(e)
-                if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript)
-                    && !script.eval_when_decided
-                    && settled.is_set() =>
-            {
-                // Nothing ran, and the acquire's release may already be
-                // queued: load the script for the next acquire, run nothing.
-                let _ = script.load().query_async::<Value>(&mut conn).await;
-                return Err(NodeErrorKind::Skipped);
+        match &self.kind {
+            Kind::Server(s) => {
+                s.run_script_prepared(script, evalsha, settled, through_stall, vote)
+                    .await
             }
-            Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
-                // The node restarted (or flushed scripts) since we last used
-                // it. EVAL runs and re-caches in one round trip. It is sent
-                // even after the round decided: every script acts only on
-                // our own unique value (release, extend, write-back) or only
-                // raises fences (re-seed), so a late run leaves nothing
-                // behind. Skipping it instead left a node that was always
-                // the third to answer without the script, and so without
-                // any extend, for the life of the lease (a watchdog test
-                // found its key expired on one of three nodes).
-                script.eval_of(evalsha).query_async(&mut conn).await
+            Kind::Cluster(c) => {
+                c.run(
+                    Routed::Script(script, evalsha),
+                    settled,
+                    through_stall,
+                    vote,
+                )
+                .await
             }
-            other => other,
-        };
-        self.finish(connected.generation, reply, Sent::Script(script))
+        }
     }
 
-    /// Runs a plain command; see [`run_script`](Self::run_script).
+    /// See [`Server::run_command`]. On a cluster an `MGET` of keys in
+    /// several slots goes as one `GET` per key, each to its slot's master.
     pub(crate) async fn run_command(
         &self,
         cmd: &Cmd,
         settled: &Settled,
         vote: Option<Vote>,
     ) -> Result<Value, NodeErrorKind> {
-        self.run_request(Request::Cmd(cmd), settled, vote).await
+        match &self.kind {
+            Kind::Server(s) => s.run_command(cmd, settled, vote).await,
+            Kind::Cluster(c) => match split_mget(cmd) {
+                Some(gets) => {
+                    let replies = futures::future::join_all(
+                        gets.iter()
+                            .map(|get| c.run(Routed::Cmd(get), settled, false, vote)),
+                    )
+                    .await;
+                    replies
+                        .into_iter()
+                        .collect::<Result<_, _>>()
+                        .map(Value::Array)
+                }
+                None => c.run(Routed::Cmd(cmd), settled, false, vote).await,
+            },
+        }
     }
 
-    /// Runs a pipeline (a `MULTI`/`EXEC` transaction when atomic) as one
-    /// request: written in one piece, so nothing else on the multiplexed
-    /// connection lands inside it. See [`run_script`](Self::run_script).
+    /// See [`Server::run_pipeline`].
     pub(crate) async fn run_pipeline(
         &self,
         pipe: &Pipeline,
         settled: &Settled,
         vote: Option<Vote>,
     ) -> Result<Value, NodeErrorKind> {
-        self.run_request(Request::Pipe(pipe), settled, vote).await
-    }
-
-    async fn run_request(
-        &self,
-        request: Request<'_>,
-        settled: &Settled,
-        vote: Option<Vote>,
-    ) -> Result<Value, NodeErrorKind> {
-        let connected = self.ready(settled, false, vote).await?;
-        let mut conn = connected.conn.clone();
-        let reply = match request {
-            Request::Cmd(cmd) => cmd.query_async(&mut conn).await,
-            Request::Pipe(pipe) => pipe.query_async(&mut conn).await,
-        };
-        self.finish(connected.generation, reply, Sent::Request(request))
-    }
-
-    /// The connection to send on, or why nothing may be sent. The caller
-    /// sends right after, with no await in between (the first poll of
-    /// `query_async` puts the command in the connection's queue), so the
-    /// `settled` check cannot go stale. `vote` is the restart guard's
-    /// window for requests that count toward a quorum (acquire, extend,
-    /// write-back): a server that started less than that ago gets nothing.
-    async fn ready(
-        &self,
-        settled: &Settled,
-        through_stall: bool,
-        vote: Option<Vote>,
-    ) -> Result<Connected, NodeErrorKind> {
-        let connected = self.connection(through_stall).await?;
-        if settled.is_set() {
-            return Err(NodeErrorKind::Skipped);
-        }
-        if let Some(vote) = vote {
-            let now = Instant::now();
-            if let Some(votes_in) = restart::votes_in(connected.started, now, vote.window) {
-                self.gauges.quarantined(&self.addr, true);
-                return Err(NodeErrorKind::Restarted {
-                    uptime: now.saturating_duration_since(connected.started),
-                    votes_in,
-                });
-            }
-            // A server already young when we connected may have lost fences
-            // (a restart without data): with fencing it votes only once they
-            // are re-seeded from the other nodes. The re-seed starts only
-            // now that the window is over: read earlier, while an attempt
-            // this server granted before its restart still collects grants
-            // elsewhere, the others may not hold that attempt's token yet
-            // (DESIGN.md §6, found by the model check).
-            // `uptime_in_seconds` may exceed the real uptime by a second
-            // (see `restart::started`): young means possibly younger than
-            // the window.
-            let unseeded = vote.fenced
-                && connected
-                    .identity
-                    .uptime
-                    .saturating_sub(Duration::from_secs(1))
-                    < vote.window
-                && !self.is_reseeded(&connected.identity.run_id);
-            if unseeded {
-                if !self.reseeding.load(Ordering::Acquire) {
-                    self.reseed_wanted.store(true, Ordering::Release);
-                }
-                self.gauges.quarantined(&self.addr, true);
-                return Err(NodeErrorKind::Reseeding);
-            }
-            self.gauges.quarantined(&self.addr, false);
-        }
-        Ok(connected)
-    }
-
-    fn is_reseeded(&self, run_id: &str) -> bool {
-        self.reseeded
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .as_deref()
-            == Some(run_id)
-    }
-
-    /// Takes the re-seed request, marking a re-seed as running.
-    pub(crate) fn take_reseed_wanted(&self) -> bool {
-        self.reseed_wanted.swap(false, Ordering::AcqRel)
-            && !self.reseeding.swap(true, Ordering::AcqRel)
-    }
-
-    /// The re-seed of the server with `run_id` finished (`true`) or gave up.
-    pub(crate) fn reseed_done(&self, run_id: Option<String>) {
-        if let Some(run_id) = run_id {
-            *self.reseeded.lock().unwrap_or_else(|p| p.into_inner()) = Some(run_id);
-        }
-        self.reseeding.store(false, Ordering::Release);
-    }
-
-    /// The `run_id` of the server on the current connection, if connected.
-    pub(crate) fn run_id(&self) -> Option<String> {
-        match &self.lock_inner().state {
-            State::Ready(c) => Some(c.identity.run_id.clone()),
-            _ => None,
+        match &self.kind {
+            Kind::Server(s) => s.run_pipeline(pipe, settled, vote).await,
+            Kind::Cluster(c) => c.run(Routed::Pipe(pipe), settled, false, vote).await,
         }
     }
 
-    /// The `run_id` of the server on the current connection if its
-    /// restart-guard `window` is over: the re-seed reads nothing before.
-    pub(crate) fn run_id_past_window(&self, window: Duration) -> Option<String> {
-        match &self.lock_inner().state {
-            State::Ready(c) if restart::votes_in(c.started, Instant::now(), window).is_none() => {
-                Some(c.identity.run_id.clone())
-            }
-            _ => None,
-        }
-    }
-
-    /// Records that the node answered (an error reply is an answer too) and
-    /// classifies failures.
-    fn finish(
-        &self,
-        generation: u64,
-        reply: redis::RedisResult<Value>,
-        sent: Sent<'_>,
-    ) -> Result<Value, NodeErrorKind> {
-        let answered = match &reply {
-            Ok(_) => true,
-            Err(e) => !(e.is_io_error() || e.is_connection_dropped() || e.is_unrecoverable_error()),
-        };
-        if answered {
-            self.last_reply
-                .store(self.since_epoch(Instant::now()), Ordering::Relaxed);
-            if self.stalled_hint.load(Ordering::Relaxed) {
-                self.stalled_hint.store(false, Ordering::Relaxed);
-                self.lock_inner().stalled = None;
-                self.gauges.stalled(&self.addr, false);
-                tracing::debug!(node = %self.addr, "answered again");
-            }
-        }
-        reply.map_err(|e| self.command_failed(generation, e, sent))
-    }
-
-    fn since_epoch(&self, t: Instant) -> u64 {
-        u64::try_from(t.saturating_duration_since(self.epoch).as_nanos()).unwrap_or(u64::MAX)
-    }
-
-    /// A request sent at `sent_at` got no answer by its deadline. If nothing
-    /// else was answered since then either, the node is stalled (paused,
-    /// black-holed, overloaded): further requests fail at once, except one
-    /// probe per node timeout, until something is answered.
+    /// See [`Server::note_timeout`]; on a cluster, the shards concerned.
     pub(crate) fn note_timeout(&self, sent_at: Instant) {
-        let mut inner = self.lock_inner();
-        self.try_replacement(&mut inner);
-        if self.last_reply.load(Ordering::Relaxed) >= self.since_epoch(sent_at) {
-            return;
+        match &self.kind {
+            Kind::Server(s) => s.note_timeout(sent_at),
+            Kind::Cluster(c) => c.note_timeout(sent_at),
         }
-        if inner.stalled.is_none() {
-            tracing::debug!(node = %self.addr, "stalled");
-            self.gauges.stalled(&self.addr, true);
-            inner.stalled = Some(sent_at);
-            self.stalled_hint.store(true, Ordering::Relaxed);
-        }
-        // Also after a failed probe: the next one waits a full interval from
-        // now, so callers right after a probe timed out do not pay again.
-        inner.next_probe = inner.next_probe.max(Instant::now() + self.timeouts.probe);
     }
 
-    /// After a request to this node timed out (at most once per connect
-    /// timeout), a fresh connection is tried beside the current one, and
-    /// the current one is asked to echo a random token (`PING token`). If
-    /// the fresh one completes the handshake while the current one does not
-    /// echo the token in time, the current one is dead or out of step (a
-    /// path that died without a reset, or a middlebox that lost bytes: its
-    /// replies would then go to older requests forever), and the fresh one
-    /// replaces it. A paused or unreachable server answers neither, and a
-    /// slow one echoes eventually: both keep their connection, and the order
-    /// of what is queued on it.
-    fn try_replacement(&self, inner: &mut Inner) {
-        let now = Instant::now();
-        if inner.replacing || now < inner.next_replacement {
-            return;
+    /// The re-seed from a majority is a plain node's; a cluster's masters
+    /// raise their own fences (`Cluster::raise_fences`).
+    pub(crate) fn take_reseed_wanted(&self) -> bool {
+        match &self.kind {
+            Kind::Server(s) => s.take_reseed_wanted(),
+            Kind::Cluster(_) => false,
         }
-        let State::Ready(old) = &inner.state else {
-            return;
-        };
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        inner.replacing = true;
-        inner.next_replacement = now + self.timeouts.connect;
-        let (old_generation, mut old_conn) = (old.generation, old.conn.clone());
-        let (client, timeout, me) = (self.client.clone(), self.timeouts.connect, self.me.clone());
-        runtime.spawn(async move {
-            let token = format!("redfence-{:016x}", rand::random::<u64>());
-            let mut ping = redis::cmd("PING");
-            ping.arg(&token);
-            let (fresh, echo) = futures::future::join(
-                tokio::time::timeout(timeout, handshake(&client, timeout)),
-                tokio::time::timeout(timeout, ping.query_async::<Value>(&mut old_conn)),
-            )
-            .await;
-            let in_step = matches!(
-                echo,
-                Ok(Ok(Value::BulkString(ref b))) if b.as_slice() == token.as_bytes()
-            );
-            let Some(node) = me.upgrade() else { return };
-            let fresh = if in_step {
-                None
-            } else {
-                fresh.ok().and_then(Result::ok)
-            };
-            node.finish_replacement(old_generation, fresh);
-        });
     }
 
-    fn finish_replacement(
-        &self,
-        old_generation: u64,
-        fresh: Option<(MultiplexedConnection, Identity)>,
-    ) {
-        let mut inner = self.lock_inner();
-        inner.replacing = false;
-        let current = matches!(&inner.state, State::Ready(c) if c.generation == old_generation);
-        let (Some((conn, identity)), true) = (fresh, current) else {
-            return;
-        };
-        let Ok(previous) = self.registry.claim(self.index, &identity.run_id) else {
-            return;
-        };
-        tracing::warn!(node = %self.addr, "connection out of step while a fresh one answers: replaced");
-        let generation = inner.next_generation;
-        inner.next_generation += 1;
-        inner.state = State::Ready(self.connected(conn, generation, identity, previous));
-        inner.stalled = None;
-        self.stalled_hint.store(false, Ordering::Relaxed);
-        self.gauges.stalled(&self.addr, false);
+    pub(crate) fn reseed_done(&self, run_id: Option<String>) {
+        if let Kind::Server(s) = &self.kind {
+            s.reseed_done(run_id);
+        }
     }
 
-    /// The current connection, connecting first if there is none.
-    async fn connection(&self, through_stall: bool) -> Result<Connected, NodeErrorKind> {
-        let pending = {
-            let mut inner = self.lock_inner();
-            if let (Some(since), false) = (inner.stalled, through_stall) {
-                let now = Instant::now();
-                if now < inner.next_probe {
-                    return Err(NodeErrorKind::Stalled {
-                        silent_for: now.saturating_duration_since(since),
-                    });
-                }
-                // This request is the probe.
-                inner.next_probe = now + self.timeouts.probe;
+    pub(crate) fn run_id(&self) -> Option<String> {
+        match &self.kind {
+            Kind::Server(s) => s.run_id(),
+            Kind::Cluster(_) => None,
+        }
+    }
+
+    pub(crate) fn run_id_past_window(&self, window: Duration) -> Option<String> {
+        match &self.kind {
+            Kind::Server(s) => s.run_id_past_window(window),
+            Kind::Cluster(_) => None,
+        }
+    }
+}
+
+/// `MGET k1 k2 …` as `GET k1`, `GET k2`, …; `None` for any other command
+/// or an `MGET` of one key.
+fn split_mget(cmd: &Cmd) -> Option<Vec<Cmd>> {
+    let mut args = cmd.args_iter();
+    match args.next() {
+        Some(redis::Arg::Simple(name)) if name.eq_ignore_ascii_case(b"MGET") => {}
+        _ => return None,
+    }
+    let gets: Vec<Cmd> = args
+        .filter_map(|arg| match arg {
+            redis::Arg::Simple(key) => {
+                let mut get = redis::cmd("GET");
+                get.arg(key);
+                Some(get)
             }
-            match &inner.state {
-                State::Ready(c) => return Ok(c.clone()),
-                State::Connecting(fut) => fut.clone(),
-                State::Down { retry_at, error } => {
-                    let now = Instant::now();
-                    if now < *retry_at {
-                        return Err(NodeErrorKind::Backoff {
-                            retry_in: *retry_at - now,
-                            last: Box::new(error.clone()),
-                        });
-                    }
-                    self.start_connect(&mut inner)
-                }
-                State::Idle => self.start_connect(&mut inner),
-            }
-        };
-        // After a permanent failure (a refused certificate or password, a
-        // replica), a reconnect in flight is most likely refused again: the
-        // caller hears the refusal now instead of waiting out the connect,
-        // which could outlast its node timeout and pass for a transient
-        // timeout. The reconnect goes on in the background and clears this
-        // when it succeeds.
-        if let Some(refused) = self.lock_inner().refused.clone() {
-            return Err(NodeErrorKind::Backoff {
-                retry_in: Duration::ZERO,
-                last: Box::new(refused),
-            });
-        }
-        pending.await
-    }
-
-    fn start_connect(&self, inner: &mut Inner) -> Shared<BoxFuture<'static, ConnectResult>> {
-        let generation = inner.next_generation;
-        inner.next_generation += 1;
-        let client = self.client.clone();
-        let timeout = self.timeouts.connect;
-        // The future holds a Weak: the node owns the future (in its state), so
-        // a strong reference here would be a cycle that leaks both.
-        let me = self.me.clone();
-        let fut = async move {
-            let result = match tokio::time::timeout(timeout, handshake(&client, timeout)).await {
-                Ok(r) => r,
-                Err(_) => Err(NodeErrorKind::Timeout(timeout)),
-            };
-            match me.upgrade() {
-                Some(node) => node.finish_connect(generation, result),
-                None => result.map(|(conn, identity)| Connected {
-                    conn,
-                    generation,
-                    started: restart::started(Instant::now(), identity.uptime),
-                    identity: Arc::new(identity),
-                }),
-            }
-        }
-        .boxed()
-        .shared();
-        // Drive the connect on its own task so it progresses even when every
-        // caller gave up on its (shorter) per-call deadline; it ends by itself
-        // within the connect timeout. Outside a runtime the callers drive it.
-        if let Ok(handle) = tokio::runtime::Handle::try_current() {
-            handle.spawn(fut.clone());
-        }
-        inner.state = State::Connecting(fut.clone());
-        fut
-    }
-
-    fn finish_connect(
-        &self,
-        generation: u64,
-        result: Result<(MultiplexedConnection, Identity), NodeErrorKind>,
-    ) -> ConnectResult {
-        let result = result.and_then(|(conn, identity)| {
-            let previous = self
-                .registry
-                .claim(self.index, &identity.run_id)
-                .map_err(|other| NodeErrorKind::SameServer {
-                    other,
-                    run_id: identity.run_id.clone(),
-                })?;
-            Ok(self.connected(conn, generation, identity, previous))
-        });
-        let mut inner = self.lock_inner();
-        // Only the newest connect may install its result.
-        if inner.next_generation != generation + 1 {
-            return result;
-        }
-        inner.refused = match &result {
-            Err(error) if error.is_permanent() => Some(error.clone()),
             _ => None,
-        };
-        match &result {
-            Ok(connected) => {
-                tracing::debug!(node = %self.addr, run_id = %connected.identity.run_id, "connected");
-                inner.backoff = self.timeouts.backoff_min;
-                inner.state = State::Ready(connected.clone());
-                // A new connection starts with a clean slate.
-                inner.stalled = None;
-                self.stalled_hint.store(false, Ordering::Relaxed);
-                self.gauges.up(&self.addr, true);
-                self.gauges.stalled(&self.addr, false);
-            }
-            Err(error) => {
-                tracing::debug!(node = %self.addr, %error, "connect failed");
-                self.gauges.up(&self.addr, false);
-                let pause = inner.backoff;
-                inner.backoff = (pause * 2).min(self.timeouts.backoff_max);
-                inner.state = State::Down {
-                    retry_at: Instant::now() + pause,
-                    error: error.clone(),
-                };
-            }
-        }
-        result
-    }
-
-    /// A new connection to the server that answered the handshake. A server
-    /// whose `run_id` differs from the one this node reached before is
-    /// another server: the old one restarted, or the address now reaches a
-    /// different one (a moved VIP or DNS name, a replaced pod, a promoted
-    /// replica). Either way it has none of the locks it may be asked about,
-    /// so it counts as a server that started now, whatever its uptime: out
-    /// of quorums for the restart guard's window, and with fencing its
-    /// fences re-seeded before it votes (DESIGN.md, "The restart guard").
-    fn connected(
-        &self,
-        conn: MultiplexedConnection,
-        generation: u64,
-        mut identity: Identity,
-        previous: Option<String>,
-    ) -> Connected {
-        if previous.is_some_and(|id| id != identity.run_id) {
-            tracing::warn!(node = %self.addr, run_id = %identity.run_id, uptime = ?identity.uptime, "another server (restarted or replaced): counted as started now");
-            identity.uptime = Duration::ZERO;
-        }
-        Connected {
-            conn,
-            generation,
-            started: restart::started(Instant::now(), identity.uptime),
-            identity: Arc::new(identity),
-        }
-    }
-
-    /// Classifies a command error; a broken connection is dropped so the next
-    /// call reconnects (and re-checks identity).
-    fn command_failed(&self, generation: u64, e: RedisError, sent: Sent<'_>) -> NodeErrorKind {
-        let broken = e.is_io_error() || e.is_connection_dropped() || e.is_unrecoverable_error();
-        if broken {
-            let mut inner = self.lock_inner();
-            if matches!(&inner.state, State::Ready(c) if c.generation == generation) {
-                inner.state = State::Idle;
-                self.gauges.up(&self.addr, false);
-            }
-            return NodeErrorKind::ConnectionLost(Arc::new(e));
-        }
-        classify(e, &sent.name())
-    }
-}
-
-/// `command`: what was sent, named in a permission error about its keys or
-/// channels.
-fn classify(e: RedisError, command: &str) -> NodeErrorKind {
-    // With TLS 1.3 a server checks the client's certificate after the
-    // client's side of the handshake is done: a refused certificate shows
-    // up on the first command, as an alert.
-    if let Some(reason) = tls::handshake_error(&e) {
-        NodeErrorKind::Tls { reason }
-    } else if let Some(denied) = info::permission_denied(&e, command) {
-        NodeErrorKind::NoPermission {
-            denied,
-            source: Arc::new(e),
-        }
-    } else if info::is_auth_error(&e) {
-        NodeErrorKind::Auth(Arc::new(e))
-    } else if e.is_io_error() || e.is_connection_refusal() || e.is_connection_dropped() {
-        NodeErrorKind::Connect(Arc::new(e))
-    } else {
-        NodeErrorKind::Redis(Arc::new(e))
-    }
-}
-
-/// TCP connect, AUTH (from the URL), then `INFO server` and `ROLE` pipelined
-/// in one round trip. The node may vote only if it is a master.
-async fn handshake(
-    client: &redis::Client,
-    timeout: Duration,
-) -> Result<(MultiplexedConnection, Identity), NodeErrorKind> {
-    // Our own deadline bounds every call, so the driver's response timeout is
-    // off: it would only race ours.
-    //
-    // The pipeline buffer is the queue between callers and the connection's
-    // writer task. Its default (50) makes callers wait for a slot when many
-    // tasks share the connection, and a command whose deadline fires while
-    // waiting is never sent: a release lost that way leaves its key for the
-    // whole TTL. 1024 slots keep enqueueing immediate under any load this
-    // client can generate.
-    let config = AsyncConnectionConfig::new()
-        .set_connection_timeout(Some(timeout))
-        .set_response_timeout(None)
-        .set_pipeline_buffer_size(PIPELINE_BUFFER);
-    let connect = async {
-        client
-            .get_multiplexed_async_connection_with_config(&config)
-            .await
-            .map_err(|e| classify(e, "HELLO/AUTH"))
-    };
-    let conn = match client.get_connection_info().addr() {
-        ConnectionAddr::TcpTls { host, port, .. } => {
-            // A plain-text server takes the TLS hello for the start of an
-            // inline command and waits for the rest, so the handshake would
-            // only time out. Past half the budget, one plain `PING` on a
-            // second connection tells the two apart: a RESP answer means
-            // the URL should not say `rediss://`. A healthy TLS server
-            // answers long before, and never sees the probe.
-            let plain = async {
-                tokio::time::sleep(timeout / 2).await;
-                if probe::answers_plain_resp(host, *port, timeout / 2).await {
-                    NodeErrorKind::Tls {
-                        reason: String::from(
-                            "the server answers in plain text (a redis:// server behind a rediss:// url)",
-                        ),
-                    }
-                } else {
-                    std::future::pending().await
-                }
-            };
-            tokio::select! {
-                connected = connect => connected?,
-                refused = plain => return Err(refused),
-            }
-        }
-        _ => connect.await?,
-    };
-    // Two commands on the multiplexed connection at once: one round trip,
-    // but each with its own reply, so an error (NOAUTH when the URL lacks a
-    // password) keeps its code; a pipeline would fold it into a
-    // pipeline error without one.
-    // The lock's scripts go in the same round trip: a fresh or restarted
-    // server then has them before the first EVALSHA (a failed load, say an
-    // ACL without SCRIPT, only leaves the NOSCRIPT fallback to do it).
-    let (mut c1, mut c2) = (conn.clone(), conn.clone());
-    let mut info_cmd = redis::cmd("INFO");
-    info_cmd.arg("server");
-    let role_cmd = redis::cmd("ROLE");
-    let loads = futures::future::join_all(lock_scripts().map(|script| {
-        let mut c = conn.clone();
-        async move { script.load().query_async::<Value>(&mut c).await }
-    }));
-    let (info, role, _) = futures::future::join3(
-        info_cmd.query_async::<String>(&mut c1),
-        role_cmd.query_async::<Value>(&mut c2),
-        loads,
-    )
-    .await;
-    let (server, role) = (
-        info.map_err(|e| classify(e, "INFO"))?,
-        role.map_err(|e| classify(e, "ROLE"))?,
-    );
-    // The audit reads ROLE with the same parser, so what it reports is what
-    // this check decides.
-    let role = info::parse_role(&role).map_or_else(|| String::from("unknown"), |r| r.name);
-    if role != "master" {
-        return Err(NodeErrorKind::NotMaster { role });
-    }
-    // A cluster node answers `ROLE` as a master too, then refuses every
-    // script of ours (`CROSSSLOT`) or sends keys elsewhere (`MOVED`).
-    if info::info_field(&server, "redis_mode") == Some("cluster") {
-        return Err(NodeErrorKind::ClusterMode);
-    }
-    let field = |name: &str| {
-        info::info_field(&server, name)
-            .unwrap_or_default()
-            .to_owned()
-    };
-    let identity = Identity {
-        run_id: field("run_id"),
-        version: field("redis_version"),
-        uptime: info::uptime(&server).unwrap_or_default(),
-    };
-    Ok((conn, identity))
-}
-
-/// What [`Node::run_request`] sends.
-#[derive(Clone, Copy)]
-enum Request<'a> {
-    Cmd(&'a Cmd),
-    Pipe(&'a Pipeline),
-}
-
-/// What was sent, to name it in an error.
-#[derive(Clone, Copy)]
-enum Sent<'a> {
-    Request(Request<'a>),
-    Script(&'a Script),
-}
-
-impl Sent<'_> {
-    /// `SET`, `SET/PTTL` (a pipeline), `EVALSHA of the release script`.
-    fn name(self) -> String {
-        let first = |cmd: &Cmd| match cmd.args_iter().next() {
-            Some(redis::Arg::Simple(name)) => String::from_utf8_lossy(name).to_ascii_uppercase(),
-            _ => String::from("a command"),
-        };
-        match self {
-            Sent::Request(Request::Cmd(cmd)) => first(cmd),
-            Sent::Request(Request::Pipe(pipe)) => {
-                pipe.cmd_iter().map(first).collect::<Vec<_>>().join("/")
-            }
-            Sent::Script(script) => format!("EVALSHA of the {} script", script.name),
-        }
-    }
+        })
+        .collect();
+    (gets.len() > 1).then_some(gets)
 }
 
 #[cfg(test)]
@@ -926,17 +224,18 @@ mod tests {
     use super::*;
 
     #[test]
-    fn registry_first_claim_wins() {
-        let r = Registry::new(3);
-        assert_eq!(r.claim(0, "a"), Ok(None));
-        assert_eq!(r.claim(1, "b"), Ok(None));
-        assert_eq!(r.claim(2, "a"), Err(0));
-        // A node reconnecting to its own server is fine; a restart with a new
-        // run_id replaces the old one (and reports it).
-        assert_eq!(r.claim(0, "a"), Ok(Some("a".to_owned())));
-        assert_eq!(r.claim(0, "c"), Ok(Some("a".to_owned())));
-        assert_eq!(r.claim(2, "a"), Ok(None));
-        // Out-of-range index: no panic.
-        assert_eq!(r.claim(9, "z"), Ok(None));
+    fn mgets_split_into_gets() {
+        let mut mget = redis::cmd("MGET");
+        mget.arg("a").arg("b");
+        let gets = split_mget(&mget).unwrap();
+        assert_eq!(gets.len(), 2);
+        assert_eq!(
+            gets[1].get_packed_command(),
+            redis::cmd("GET").arg("b").get_packed_command()
+        );
+        let mut one = redis::cmd("MGET");
+        one.arg("a");
+        assert!(split_mget(&one).is_none());
+        assert!(split_mget(redis::cmd("GET").arg("a")).is_none());
     }
 }

@@ -42,7 +42,6 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
-use futures::StreamExt;
 use tokio::sync::{mpsc, Notify};
 use tokio::task::JoinHandle;
 
@@ -50,6 +49,7 @@ use crate::failure::{NodeErrorKind, NodeFailure};
 use crate::metrics;
 use crate::node::Node;
 use crate::resource::{fair_channels, notice_channel, notice_key};
+use crate::subscription::Subscription;
 
 /// Notice ids remembered per resource to count a release once although it
 /// is published on up to N nodes. Copies of one release arrive within a
@@ -838,16 +838,14 @@ async fn subscriber(
             pause = (pause * 2).min(node.backoff_max());
         }
         failed = true;
-        let connection =
-            tokio::time::timeout(timeout, node.redis_client().get_async_pubsub()).await;
-        let Ok(Ok(pubsub)) = connection else {
+        let connection = tokio::time::timeout(timeout, Subscription::connect(&node)).await;
+        let Ok(Ok(mut subscription)) = connection else {
             tracing::debug!(node = %node.addr(), "subscription connect failed");
             continue;
         };
-        let (mut sink, mut stream) = pubsub.split();
         if !wanted.is_empty() {
             let channels = wanted.channels(db, &tag);
-            match tokio::time::timeout(timeout, sink.subscribe(channels)).await {
+            match tokio::time::timeout(timeout, subscription.subscribe(channels)).await {
                 Ok(Ok(())) => {}
                 Ok(Err(e)) => {
                     tracing::warn!(node = %node.addr(), error = %e, "SUBSCRIBE refused: waiters on this node wait by their retry policy");
@@ -872,7 +870,7 @@ async fn subscriber(
                     let (subscribe, unsubscribe) = wanted.change(&command, db, &tag);
                     let mut ok = true;
                     if !subscribe.is_empty() {
-                        ok = matches!(tokio::time::timeout(timeout, sink.subscribe(subscribe)).await, Ok(Ok(())));
+                        ok = matches!(tokio::time::timeout(timeout, subscription.subscribe(subscribe)).await, Ok(Ok(())));
                         if ok {
                             let Some(shared) = shared.upgrade() else { return };
                             if let Command::Subscribe(key) | Command::SubscribeFair(key) = &command {
@@ -881,7 +879,7 @@ async fn subscriber(
                         }
                     }
                     if ok && !unsubscribe.is_empty() {
-                        ok = matches!(tokio::time::timeout(timeout, sink.unsubscribe(unsubscribe)).await, Ok(Ok(())));
+                        ok = matches!(tokio::time::timeout(timeout, subscription.unsubscribe(unsubscribe)).await, Ok(Ok(())));
                     }
                     if !ok {
                         // Reconnect (after a pause): the new connection
@@ -894,14 +892,14 @@ async fn subscriber(
                     let Some(shared) = shared.upgrade() else { return };
                     shared.reap(Instant::now());
                 }
-                message = stream.next() => {
-                    let Some(message) = message else { break };
+                message = subscription.next() => {
+                    let Some((channel, payload)) = message else { break };
                     let Some(shared) = shared.upgrade() else { return };
-                    let Some(key) = notice_key(message.get_channel_name(), db) else {
+                    let Some(key) = notice_key(&channel, db) else {
                         continue;
                     };
                     metrics::release_notice(node.addr());
-                    let payload = String::from_utf8_lossy(message.get_payload_bytes());
+                    let payload = String::from_utf8_lossy(&payload);
                     shared.heard_from(key, &payload, node.index());
                 }
             }

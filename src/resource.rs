@@ -18,15 +18,41 @@ pub(crate) fn validate(resource: &str) -> Result<(), &'static str> {
     Ok(())
 }
 
+/// How a client names a resource's keys.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) enum Layout {
+    /// `{prefix}lock:{resource}`: a client of plain nodes only (the names
+    /// of every version so far).
+    #[default]
+    Plain,
+    /// `{prefix}lock:{{bucket}}{resource}`: a client with a Redis Cluster
+    /// among its nodes. The resource's fence bucket, in braces, is the
+    /// hash tag of its lock key, queue key, fence key
+    /// (`{prefix}fence:{{bucket}}`) and notice channels, so that each
+    /// script and pipeline of ours touches one hash slot. The tag comes
+    /// before the resource, so braces in a resource name do not matter;
+    /// braces in the prefix would, so such a client refuses them.
+    Tagged,
+}
+
 /// The Redis key of a resource's lock.
-pub(crate) fn lock_key(prefix: &str, resource: &str) -> Arc<str> {
-    key(prefix, "lock:", resource)
+pub(crate) fn lock_key(prefix: &str, resource: &str, layout: Layout) -> Arc<str> {
+    key(prefix, "lock:", resource, layout)
 }
 
 /// The Redis key of a resource's wait queue (the fair queue's hint, kept
 /// on the resource's home node only; see `protocol::queue`).
-pub(crate) fn queue_key(prefix: &str, resource: &str) -> Arc<str> {
-    key(prefix, "queue:", resource)
+pub(crate) fn queue_key(prefix: &str, resource: &str, layout: Layout) -> Arc<str> {
+    key(prefix, "queue:", resource, layout)
+}
+
+/// Checks a prefix for the tagged layout: a brace in it would move or
+/// split the hash tag.
+pub(crate) fn validate_tagged_prefix(prefix: &str) -> Result<(), &'static str> {
+    if prefix.contains(['{', '}']) {
+        return Err("must not contain '{' or '}' with a Redis Cluster node (it would change the keys' hash tag)");
+    }
+    Ok(())
 }
 
 /// The kinds of key a client writes, each after the prefix.
@@ -88,10 +114,14 @@ pub(crate) fn fence_keys(prefix: &str) -> Vec<Arc<str>> {
     (0..FENCE_BUCKETS).map(|b| bucket_key(prefix, b)).collect()
 }
 
-fn key(prefix: &str, kind: &str, resource: &str) -> Arc<str> {
-    let mut key = String::with_capacity(prefix.len() + kind.len() + resource.len());
+fn key(prefix: &str, kind: &str, resource: &str, layout: Layout) -> Arc<str> {
+    use std::fmt::Write as _;
+    let mut key = String::with_capacity(prefix.len() + kind.len() + resource.len() + 6);
     key.push_str(prefix);
     key.push_str(kind);
+    if layout == Layout::Tagged {
+        let _ = write!(key, "{{{}}}", fence_bucket(resource));
+    }
     key.push_str(resource);
     key.into()
 }
@@ -179,10 +209,33 @@ mod tests {
     #[test]
     fn keys_are_prefixed() {
         assert_eq!(
-            &*lock_key("redfence:", "orders:42"),
+            &*lock_key("redfence:", "orders:42", Layout::Plain),
             "redfence:lock:orders:42"
         );
-        assert_eq!(&*lock_key("", "x"), "lock:x");
+        // Tagged: the lock key, queue key, fence key and notice channels of
+        // one resource share one hash slot, whatever braces the resource
+        // has.
+        for resource in ["orders:42", "a{b}c", "{x}", "}{"] {
+            let lock = lock_key("redfence:", resource, Layout::Tagged);
+            let b = fence_bucket(resource);
+            assert!(
+                lock.starts_with(&format!("redfence:lock:{{{b}}}")),
+                "{lock}"
+            );
+            let slot = crate::slot::key_slot(fence_key("redfence:", resource).as_bytes());
+            for name in [
+                lock.to_string(),
+                queue_key("redfence:", resource, Layout::Tagged).to_string(),
+                notice_channel(&lock, 0),
+                fair_channels(&lock, 0, "0badf00d")[0].clone(),
+                fair_channels(&lock, 0, "0badf00d")[1].clone(),
+            ] {
+                assert_eq!(crate::slot::key_slot(name.as_bytes()), slot, "{name}");
+            }
+        }
+        assert_eq!(validate_tagged_prefix("redfence:"), Ok(()));
+        assert!(validate_tagged_prefix("a{b}:").is_err());
+        assert_eq!(&*lock_key("", "x", Layout::Plain), "lock:x");
     }
 
     #[test]

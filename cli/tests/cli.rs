@@ -7,6 +7,8 @@
 //! Time margins are generous (a loaded 2-core machine); nothing asserts a
 //! speed.
 
+#[path = "../../tests/support/cluster.rs"]
+mod cluster;
 #[path = "../../tests/support/process.rs"]
 mod process;
 #[path = "../../tests/support/server.rs"]
@@ -706,4 +708,32 @@ fn usage_errors_are_one_line_with_status_2_and_never_a_panic() {
     );
     assert_eq!(out.status.code(), Some(2), "{out:?}");
     assert!(stderr(&out).starts_with("error: no nodes configured"));
+}
+
+/// A Redis Cluster as the node, from the shell: `exec` runs the command
+/// with a token, `doctor` audits every master of the one node, and no lock
+/// key is left on any master.
+#[test]
+fn a_redis_cluster_node_works_from_the_shell() {
+    let cluster = cluster::RedisCluster::start(3, 0);
+    let urls = [cluster.seed_url()];
+    let out = output(redfence(&urls).args(exec_args(
+        &[],
+        "cluster-job",
+        &sh("echo \"$REDFENCE_TOKEN\""),
+    )));
+    assert!(out.status.success(), "{out:?}");
+    assert!(
+        stdout(&out).trim().parse::<u64>().is_ok_and(|t| t > 0),
+        "{out:?}"
+    );
+    let out = output(redfence(&urls).arg("doctor"));
+    let text = stdout(&out);
+    assert!(text.starts_with("audit of 1 node (3 servers):"), "{text}");
+    for port in cluster.master_ports() {
+        assert!(text.contains(&format!("master 127.0.0.1:{port}")), "{text}");
+    }
+    for port in cluster.master_ports() {
+        assert_eq!(cluster.server(port).count_keys(LOCK_KEYS), 0, "{port}");
+    }
 }

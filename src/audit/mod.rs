@@ -22,19 +22,79 @@ mod report;
 
 use std::sync::Arc;
 
-use crate::node::Node;
+use std::time::Duration;
+
+use crate::node::{Kind, Node};
 
 pub use report::{Audit, Check, Finding, NodeAudit, Severity};
 
+/// One server to visit: a plain node, or one master of a cluster node.
+struct Visit {
+    index: usize,
+    addr: String,
+    client: redis::Client,
+    timeout: Duration,
+}
+
+/// The servers of `node`: itself, or a cluster's masters (the slot map read
+/// first, within the connect timeout). A cluster whose map cannot be read
+/// is visited at its first seed, whose failure the audit then reports.
+async fn visits(node: &Node) -> Vec<Visit> {
+    let timeout = node.connect_timeout();
+    match node.kind() {
+        Kind::Server(server) => vec![Visit {
+            index: node.index(),
+            addr: node.addr().to_owned(),
+            client: server.redis_client().clone(),
+            timeout,
+        }],
+        Kind::Cluster(cluster) => {
+            let _ = tokio::time::timeout(timeout, cluster.refresh(None)).await;
+            let mut servers: Vec<Visit> = cluster
+                .servers()
+                .into_iter()
+                .map(|server| Visit {
+                    index: node.index(),
+                    addr: format!("{} master {}", node.addr(), server.addr()),
+                    client: server.redis_client().clone(),
+                    timeout,
+                })
+                .collect();
+            if servers.is_empty() {
+                if let Some(client) = cluster.seed_client() {
+                    servers.push(Visit {
+                        index: node.index(),
+                        addr: node.addr().to_owned(),
+                        client,
+                        timeout,
+                    });
+                }
+            }
+            servers
+        }
+    }
+}
+
 /// Audits every node concurrently; see [`Client::audit`](crate::Client::audit).
+/// A cluster node is audited master by master, each as a plain node.
 pub(crate) async fn run(nodes: &[Arc<Node>]) -> Audit {
     // Concurrent in this task rather than spawned: dropping the audit drops
     // every probe and its connection with it.
-    let observed = futures::future::join_all(nodes.iter().map(|node| observe::observe(node))).await;
-    let mut audits: Vec<NodeAudit> = nodes
+    let visits: Vec<Visit> = futures::future::join_all(nodes.iter().map(|node| visits(node)))
+        .await
+        .into_iter()
+        .flatten()
+        .collect();
+    let observed = futures::future::join_all(
+        visits
+            .iter()
+            .map(|v| observe::observe(&v.client, v.timeout)),
+    )
+    .await;
+    let mut audits: Vec<NodeAudit> = visits
         .iter()
         .zip(&observed)
-        .map(|(node, seen)| judge::assess(node.index(), node.addr(), seen))
+        .map(|(visit, seen)| judge::assess(visit.index, &visit.addr, seen))
         .collect();
     judge::compare_run_ids(&mut audits);
     for audit in &mut audits {

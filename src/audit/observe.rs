@@ -11,20 +11,17 @@ use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, Cmd, RedisError, Value};
 
 use super::report::{ClockSample, Observed};
-use crate::node::Node;
 use crate::wire::info;
 
 /// `TIME` round trips per node. Three make a change of offset visible and
 /// give the minimum-round-trip sample (the most accurate one) some choice.
 const CLOCK_SAMPLES: usize = 3;
 
-/// Visits one node within its connect timeout and records whatever it
-/// answered before the visit ended.
-pub(crate) async fn observe(node: &Node) -> Observed {
-    let timeout = node.connect_timeout();
+/// Visits one server within `timeout` and records whatever it answered
+/// before the visit ended.
+pub(crate) async fn observe(client: &redis::Client, timeout: Duration) -> Observed {
     let mut seen = Observed::default();
-    let outcome =
-        tokio::time::timeout(timeout, probe(node.redis_client(), timeout, &mut seen)).await;
+    let outcome = tokio::time::timeout(timeout, probe(client, timeout, &mut seen)).await;
     // The probe's future (and its borrow of `seen`) is gone here, finished
     // or dropped at the deadline; what it recorded so far stays. The
     // driver's connect timeout equals ours and may fire first: either way

@@ -20,7 +20,8 @@ use redis::Value;
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct Audit {
-    /// One entry per configured node, in the order the URLs were given.
+    /// One entry per configured node, in the order the URLs were given; a
+    /// cluster node has one per master (`NodeAudit::index` is the node's).
     pub nodes: Vec<NodeAudit>,
 }
 
@@ -58,11 +59,19 @@ impl Audit {
 impl fmt::Display for Audit {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let (errors, warnings) = (self.errors().count(), self.warnings().count());
+        // A cluster node is audited master by master: one entry each.
+        let mut indexes: Vec<usize> = self.nodes.iter().map(|n| n.index).collect();
+        indexes.dedup();
+        let servers = if indexes.len() == self.nodes.len() {
+            String::new()
+        } else {
+            format!(" ({} servers)", self.nodes.len())
+        };
         write!(
             f,
-            "audit of {} node{}: {} error{}, {} warning{}",
-            self.nodes.len(),
-            plural(self.nodes.len()),
+            "audit of {} node{}{servers}: {} error{}, {} warning{}",
+            indexes.len(),
+            plural(indexes.len()),
             errors,
             plural(errors),
             warnings,
@@ -87,7 +96,8 @@ impl fmt::Display for Audit {
 pub struct NodeAudit {
     /// Position of the node in the configured list.
     pub index: usize,
-    /// `host:port` of the node (never includes credentials).
+    /// `host:port` of the node (never includes credentials); for one
+    /// master of a cluster node, `cluster:{seed} master {host:port}`.
     pub addr: String,
     /// Whether the node answered within the connect timeout (a refusal of
     /// the credentials counts as an answer). When it did not, a

@@ -20,7 +20,7 @@ use crate::wire::commands::{del, inspect as inspect_pipeline, parse_deleted, par
 pub(crate) async fn inspect(shared: &Shared, resource: &str) -> Result<Inspection, Error> {
     validate(resource).map_err(Error::InvalidResource)?;
     let prefix = &shared.config.key_prefix;
-    let key = lock_key(prefix, resource);
+    let key = lock_key(prefix, resource, shared.config.layout);
     let fence = shared.config.fencing.then(|| fence_key(prefix, resource));
     let pipe = inspect_pipeline(&key, fence.as_deref());
     let started = Instant::now();
@@ -136,7 +136,7 @@ impl ForceReleased {
 /// timeout).
 pub(crate) async fn force_release(shared: &Shared, resource: &str) -> Result<ForceReleased, Error> {
     validate(resource).map_err(Error::InvalidResource)?;
-    let key = lock_key(&shared.config.key_prefix, resource);
+    let key = lock_key(&shared.config.key_prefix, resource, shared.config.layout);
     let cmd = del(&key);
     let deadline = Instant::now() + shared.config.node_timeout;
     let mut fan: FanOut<bool> = FanOut::start(

@@ -177,11 +177,11 @@ impl Shared {
         let fence = self.fence_keys.get(usize::from(bucket)).cloned();
         let home = Home {
             index: usize::from(bucket) % self.nodes.len().max(1),
-            queue: queue_key(prefix, resource),
+            queue: queue_key(prefix, resource, self.config.layout),
         };
         Ok(Target {
             resource: resource.into(),
-            key: lock_key(prefix, resource),
+            key: lock_key(prefix, resource, self.config.layout),
             ttl: checked,
             drift,
             fence,

@@ -113,6 +113,33 @@ impl Script {
         cmd
     }
 
+    /// The same script on sharded pub/sub. Made twice per process at most
+    /// (two statics), so its source is leaked rather than owned.
+    fn sharded(&self) -> Script {
+        let source = self
+            .source
+            .replace("'PUBLISH'", "'SPUBLISH'")
+            .replace("'NUMSUB'", "'SHARDNUMSUB'");
+        Script {
+            eval_when_decided: self.eval_when_decided,
+            ..Script::new(self.name, Box::leak(source.into_boxed_str()))
+        }
+    }
+
+    /// `evalsha`, an `EVALSHA` of another script, as this script's: the
+    /// same keys and arguments under this script's SHA1.
+    pub(crate) fn evalsha_of(&self, evalsha: &Cmd) -> Cmd {
+        let args = evalsha.args_iter();
+        let mut cmd = Cmd::with_capacity(args.len(), 128);
+        cmd.arg("EVALSHA").arg(&self.sha);
+        for arg in args.skip(2) {
+            if let redis::Arg::Simple(bytes) = arg {
+                cmd.arg(bytes);
+            }
+        }
+        cmd
+    }
+
     /// `EVAL source numkeys keys… args…`, the fallback after `NOSCRIPT`.
     pub(crate) fn eval(&self, keys: &[&str], args: &[&[u8]]) -> Cmd {
         self.build("EVAL", self.source, keys, args)
@@ -187,6 +214,31 @@ pub(crate) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script {
     eval_when_decided: false,
     ..Script::new("acquire", include_str!("lua/acquire.lua"))
 });
+
+/// The release script for a Redis Cluster node: sharded pub/sub
+/// (`SPUBLISH`, `PUBSUB SHARDNUMSUB`, Redis 7), so that a notice stays in
+/// the shard of its lock key. Same keys and arguments as [`RELEASE`].
+pub(crate) static RELEASE_SHARDED: LazyLock<Script> = LazyLock::new(|| RELEASE.sharded());
+
+/// The fair queue's look for a Redis Cluster node; see [`RELEASE_SHARDED`].
+pub(crate) static QUEUE_SHARDED: LazyLock<Script> = LazyLock::new(|| QUEUE.sharded());
+
+/// The variant of `script` a Redis Cluster runs: itself, unless it
+/// publishes.
+pub(crate) fn on_cluster(script: &Script) -> &Script {
+    if script.sha == RELEASE.sha {
+        &RELEASE_SHARDED
+    } else if script.sha == QUEUE.sha {
+        &QUEUE_SHARDED
+    } else {
+        script
+    }
+}
+
+/// The scripts a cluster's masters load beside [`lock_scripts`].
+pub(crate) fn sharded_scripts() -> [&'static Script; 2] {
+    [&RELEASE_SHARDED, &QUEUE_SHARDED]
+}
 
 /// Every script of the crate: the lock's and the fenced store's.
 fn all_scripts() -> [&'static Script; 8] {

@@ -10,7 +10,7 @@ use crate::helpers::{calls, eventually, hand_over_by_notice, ms, secs, LOCK_KEYS
 use crate::support::Cluster;
 
 /// The README's rows, in order: (feature, rules).
-fn readme_rules() -> Vec<(String, Vec<String>)> {
+pub(crate) fn readme_rules() -> Vec<(String, Vec<String>)> {
     let readme = include_str!("../../README.md");
     let section = readme
         .split("## Least-privilege ACL users")
@@ -31,7 +31,7 @@ fn readme_rules() -> Vec<(String, Vec<String>)> {
             )
         })
         .collect();
-    assert_eq!(rows.len(), 5, "{rows:?}");
+    assert_eq!(rows.len(), 6, "{rows:?}");
     rows
 }
 

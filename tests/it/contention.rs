@@ -22,11 +22,11 @@ const TTL: Duration = Duration::from_secs(2);
 
 /// One critical section, on this process's monotonic clock.
 #[derive(Debug, Clone, Copy)]
-struct Section {
-    task: usize,
-    granted: Instant,
-    valid_until: Instant,
-    released: Instant,
+pub(crate) struct Section {
+    pub(crate) task: usize,
+    pub(crate) granted: Instant,
+    pub(crate) valid_until: Instant,
+    pub(crate) released: Instant,
 }
 
 impl Section {
@@ -38,7 +38,7 @@ impl Section {
 }
 
 /// The first pair of sections whose windows overlap, if any.
-fn first_overlap(sections: &[Section]) -> Option<(Section, Section)> {
+pub(crate) fn first_overlap(sections: &[Section]) -> Option<(Section, Section)> {
     let mut sorted = sections.to_vec();
     sorted.sort_by_key(|s| s.granted);
     let mut latest: Option<Section> = None;

@@ -8,6 +8,7 @@ mod acl;
 mod audit;
 mod basic;
 mod cancellation;
+mod cluster;
 mod contention;
 mod errors;
 mod fair;

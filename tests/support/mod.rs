@@ -1,6 +1,7 @@
 #![allow(dead_code)]
 
 pub mod certs;
+pub mod cluster;
 pub mod postgres;
 pub mod process;
 pub mod proxy;
