@@ -105,7 +105,7 @@ pub(crate) fn assess(index: usize, addr: &str, seen: &Observed) -> NodeAudit {
         }
     }
     audit.role = role.as_ref().map(|r| r.name.clone());
-    if let Some(finding) = role_finding(role.as_ref(), role_error) {
+    if let Some(finding) = role_finding(role.as_ref(), role_error, seen.in_cluster) {
         audit.push(finding);
     }
 
@@ -198,7 +198,11 @@ fn config_value(answer: &Option<Result<Option<String>, String>>) -> Option<Strin
     answer.as_ref()?.as_ref().ok()?.clone()
 }
 
-fn role_finding(role: Option<&Role>, role_error: Option<&str>) -> Option<Finding> {
+fn role_finding(
+    role: Option<&Role>,
+    role_error: Option<&str>,
+    in_cluster: bool,
+) -> Option<Finding> {
     if let Some(error) = role_error {
         // The handshake fails on a ROLE error before it reads the role.
         return Some(Finding::error(
@@ -214,6 +218,15 @@ fn role_finding(role: Option<&Role>, role_error: Option<&str>) -> Option<Finding
     }
     let role = role?;
     Some(match (role.name.as_str(), &role.master) {
+        ("master", _) if !role.replicas.is_empty() && in_cluster => Finding::warning(
+            Check::Role,
+            format!(
+                "a cluster master with {} connected replica{} ({}): replication is asynchronous, so if a failover promotes one, locks this master granted but had not yet copied are gone; a client that read the slot map before the failover counts the promoted master as started now and keeps it out of quorums for the restart guard's window (keep the guard on), one that first connects after it trusts the promoted master at once",
+                role.replicas.len(),
+                if role.replicas.len() == 1 { "" } else { "s" },
+                role.replicas.join(", ")
+            ),
+        ),
         ("master", _) if !role.replicas.is_empty() => Finding::warning(
             Check::Role,
             format!(

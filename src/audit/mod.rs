@@ -34,6 +34,7 @@ struct Visit {
     addr: String,
     client: redis::Client,
     timeout: Duration,
+    in_cluster: bool,
 }
 
 /// The servers of `node`: itself, or a cluster's masters (the slot map read
@@ -47,6 +48,7 @@ async fn visits(node: &Node) -> Vec<Visit> {
             addr: node.addr().to_owned(),
             client: server.redis_client().clone(),
             timeout,
+            in_cluster: false,
         }],
         Kind::Cluster(cluster) => {
             let _ = tokio::time::timeout(timeout, cluster.refresh(None)).await;
@@ -58,6 +60,7 @@ async fn visits(node: &Node) -> Vec<Visit> {
                     addr: format!("{} master {}", node.addr(), server.addr()),
                     client: server.redis_client().clone(),
                     timeout,
+                    in_cluster: true,
                 })
                 .collect();
             if servers.is_empty() {
@@ -67,6 +70,7 @@ async fn visits(node: &Node) -> Vec<Visit> {
                         addr: node.addr().to_owned(),
                         client,
                         timeout,
+                        in_cluster: true,
                     });
                 }
             }
@@ -88,7 +92,7 @@ pub(crate) async fn run(nodes: &[Arc<Node>]) -> Audit {
     let observed = futures::future::join_all(
         visits
             .iter()
-            .map(|v| observe::observe(&v.client, v.timeout)),
+            .map(|v| observe::observe(&v.client, v.timeout, v.in_cluster)),
     )
     .await;
     let mut audits: Vec<NodeAudit> = visits

@@ -19,8 +19,15 @@ const CLOCK_SAMPLES: usize = 3;
 
 /// Visits one server within `timeout` and records whatever it answered
 /// before the visit ended.
-pub(crate) async fn observe(client: &redis::Client, timeout: Duration) -> Observed {
-    let mut seen = Observed::default();
+pub(crate) async fn observe(
+    client: &redis::Client,
+    timeout: Duration,
+    in_cluster: bool,
+) -> Observed {
+    let mut seen = Observed {
+        in_cluster,
+        ..Observed::default()
+    };
     let outcome = tokio::time::timeout(timeout, probe(client, timeout, &mut seen)).await;
     // The probe's future (and its borrow of `seen`) is gone here, finished
     // or dropped at the deadline; what it recorded so far stays. The

@@ -322,6 +322,9 @@ impl fmt::Display for Check {
 /// `None` when the question was never asked (the probe stopped first).
 #[derive(Debug, Default)]
 pub(crate) struct Observed {
+    /// A master of a cluster node (its replicas' failover is watched by the
+    /// client: DESIGN.md section 3a).
+    pub(crate) in_cluster: bool,
     /// Time from the start of the visit to the first batch of answers; set
     /// once the node has answered anything.
     pub(crate) first_reply: Option<Duration>,

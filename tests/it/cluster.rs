@@ -416,6 +416,17 @@ async fn a_promoted_replica_sits_out_the_window_and_its_fences_are_raised() {
     let warm = unguarded.acquire("warm", secs(1)).await.unwrap();
     warm.release().await;
     cluster.server(master).cli(&["WAIT", "1", "2000"]);
+    // The audit reports each master's replica and what its failover means.
+    let audit = guarded.audit().await;
+    assert_eq!(audit.nodes.len(), 3, "{audit}");
+    for node in &audit.nodes {
+        assert!(
+            node.findings.iter().any(|f| f
+                .message
+                .contains("cluster master with 1 connected replica")),
+            "{audit}"
+        );
+    }
 
     // Cut the replica off, then take the lock on the master alone.
     cluster.node(replica).pause();

@@ -18,6 +18,7 @@ fn config(v: &str) -> Option<Result<Option<String>, String>> {
 /// A healthy node's answers: master, noeviction, AOF always, 3 samples.
 fn healthy() -> Observed {
     Observed {
+        in_cluster: false,
         first_reply: Some(Duration::from_micros(300)),
         failure: None,
         auth_refused: false,
@@ -471,6 +472,7 @@ fn every_message_follows_the_house_style() {
                 replicas: vec![],
             }),
             None,
+            false,
         )
         .unwrap(),
         role_finding(
@@ -480,6 +482,17 @@ fn every_message_follows_the_house_style() {
                 replicas: vec!["127.0.0.1:9001".into()],
             }),
             None,
+            false,
+        )
+        .unwrap(),
+        role_finding(
+            Some(&Role {
+                name: "master".into(),
+                master: None,
+                replicas: vec!["127.0.0.1:9001".into()],
+            }),
+            None,
+            true,
         )
         .unwrap(),
     ];
