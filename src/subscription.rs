@@ -4,7 +4,13 @@
 //! `SSUBSCRIBE` (sharded pub/sub, Redis 7) so that each notice travels only
 //! within the shard of its lock key (the release script `SPUBLISH`es there)
 //! rather than across the whole cluster bus. The cluster connection follows
-//! the slot map and re-subscribes after a reconnect by itself.
+//! the slot map and re-subscribes after a reconnect by itself; a shard
+//! channel the server drops because its slot moved to another master (a
+//! `sunsubscribe` nobody asked for) is subscribed again here, at its new
+//! owner.
+
+use std::collections::HashSet;
+use std::time::Duration;
 
 use futures::StreamExt;
 use redis::aio::{PubSubSink, PubSubStream};
@@ -16,7 +22,17 @@ use crate::node::{Kind, Node};
 
 pub(crate) enum Subscription {
     Plain(PubSubSink, PubSubStream),
-    Cluster(ClusterConnection, mpsc::UnboundedReceiver<redis::PushInfo>),
+    Cluster(Sharded),
+}
+
+pub(crate) struct Sharded {
+    connection: ClusterConnection,
+    pushes: mpsc::UnboundedReceiver<redis::PushInfo>,
+    /// The channels subscribed, to tell a channel the server dropped from
+    /// one we unsubscribed.
+    wanted: HashSet<String>,
+    /// Bounds a re-subscription.
+    timeout: Duration,
 }
 
 impl Subscription {
@@ -43,7 +59,12 @@ impl Subscription {
                     builder = builder.certs(tls.certificates()?);
                 }
                 let connection = builder.build()?.get_async_connection().await?;
-                Ok(Subscription::Cluster(connection, rx))
+                Ok(Subscription::Cluster(Sharded {
+                    connection,
+                    pushes: rx,
+                    wanted: HashSet::new(),
+                    timeout,
+                }))
             }
         }
     }
@@ -51,11 +72,12 @@ impl Subscription {
     pub(crate) async fn subscribe(&mut self, channels: Vec<String>) -> RedisResult<()> {
         match self {
             Subscription::Plain(sink, _) => sink.subscribe(channels).await,
-            Subscription::Cluster(connection, _) => {
+            Subscription::Cluster(sharded) => {
                 // One channel per command: channels of different keys hash
                 // to different slots (and shards).
                 for channel in channels {
-                    connection.ssubscribe(channel).await?;
+                    sharded.connection.ssubscribe(&channel).await?;
+                    sharded.wanted.insert(channel);
                 }
                 Ok(())
             }
@@ -65,9 +87,10 @@ impl Subscription {
     pub(crate) async fn unsubscribe(&mut self, channels: Vec<String>) -> RedisResult<()> {
         match self {
             Subscription::Plain(sink, _) => sink.unsubscribe(channels).await,
-            Subscription::Cluster(connection, _) => {
+            Subscription::Cluster(sharded) => {
                 for channel in channels {
-                    connection.sunsubscribe(channel).await?;
+                    sharded.wanted.remove(&channel);
+                    sharded.connection.sunsubscribe(channel).await?;
                 }
                 Ok(())
             }
@@ -85,18 +108,30 @@ impl Subscription {
                     message.get_payload_bytes().to_vec(),
                 ))
             }
-            Subscription::Cluster(_, pushes) => loop {
-                let push = pushes.recv().await?;
-                if push.kind != PushKind::SMessage {
-                    continue;
-                }
-                if let [Value::BulkString(channel), Value::BulkString(payload), ..] =
-                    push.data.as_slice()
-                {
-                    return Some((
-                        String::from_utf8_lossy(channel).into_owned(),
-                        payload.clone(),
-                    ));
+            Subscription::Cluster(sharded) => loop {
+                let push = sharded.pushes.recv().await?;
+                let channel = match push.data.first() {
+                    Some(Value::BulkString(channel)) => String::from_utf8_lossy(channel),
+                    _ => continue,
+                };
+                match push.kind {
+                    PushKind::SMessage => {
+                        if let Some(Value::BulkString(payload)) = push.data.get(1) {
+                            return Some((channel.into_owned(), payload.clone()));
+                        }
+                    }
+                    // The slot moved: subscribe again, at its new master. A
+                    // failure leaves the waiters their timers.
+                    PushKind::SUnsubscribe if sharded.wanted.contains(channel.as_ref()) => {
+                        let again = sharded.connection.ssubscribe(channel.as_ref());
+                        if !matches!(
+                            tokio::time::timeout(sharded.timeout, again).await,
+                            Ok(Ok(()))
+                        ) {
+                            tracing::debug!(%channel, "re-subscribing a moved shard channel failed");
+                        }
+                    }
+                    _ => {}
                 }
             },
         }

@@ -192,7 +192,8 @@ async fn three_clusters_vote_as_three_nodes() {
 /// `MOVED` and `TRYAGAIN` mid-run. The critical sections never overlap
 /// and each resource's tokens increase in grant order (both checkers
 /// catch a violation: `contention::checkers_catch_the_unlocked_workload`,
-/// `the_token_checker_sees_a_repeat_and_a_step_back`).
+/// `the_token_checker_sees_a_repeat_and_a_step_back`). Afterwards the
+/// load's clients still hear release notices for the moved resources.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn slots_moving_under_contention_keep_exclusion_and_token_order() {
     let cluster = RedisCluster::start(3, 0);
@@ -207,6 +208,7 @@ async fn slots_moving_under_contention_keep_exclusion_and_token_order() {
         Arc::new(resources.iter().map(|_| AtomicBool::new(false)).collect());
     let overlaps = Arc::new(AtomicUsize::new(0));
     let mut tasks = Vec::new();
+    let mut clients = Vec::new();
     for c in 0..4 {
         let client = crate::helpers::builder([cluster.seed_url()])
             .node_timeout(secs(1))
@@ -218,6 +220,7 @@ async fn slots_moving_under_contention_keep_exclusion_and_token_order() {
             )
             .build()
             .unwrap();
+        clients.push(client.clone());
         for t in 0..2 {
             let (client, resources) = (client.clone(), resources.clone());
             let (moving, during, history) = (moving.clone(), during.clone(), history.clone());
@@ -270,37 +273,51 @@ async fn slots_moving_under_contention_keep_exclusion_and_token_order() {
     for r in &resources {
         assert_eq!(owner(&cluster, &probe, r), to, "{r} did not move");
     }
-    let history = history.lock().unwrap();
-    let moved_under_load = during.load(Ordering::Relaxed);
-    assert!(
-        moved_under_load >= 20,
-        "only {moved_under_load} sections while slots moved"
-    );
-    assert_eq!(
-        overlaps.load(Ordering::Relaxed),
-        0,
-        "two holders inside at once"
-    );
-    for r in &resources {
-        let sections: Vec<Section> = history.iter().filter(|h| &h.0 == r).map(|h| h.1).collect();
-        assert!(sections.len() >= 5, "{r}: {} sections", sections.len());
-        if let Some((a, b)) = first_overlap(&sections) {
-            panic!("{r}: overlapping holders {a:?} and {b:?}");
+    {
+        let history = history.lock().unwrap();
+        let moved_under_load = during.load(Ordering::Relaxed);
+        assert!(
+            moved_under_load >= 20,
+            "only {moved_under_load} sections while slots moved"
+        );
+        assert_eq!(
+            overlaps.load(Ordering::Relaxed),
+            0,
+            "two holders inside at once"
+        );
+        for r in &resources {
+            let sections: Vec<Section> =
+                history.iter().filter(|h| &h.0 == r).map(|h| h.1).collect();
+            assert!(sections.len() >= 5, "{r}: {} sections", sections.len());
+            if let Some((a, b)) = first_overlap(&sections) {
+                panic!("{r}: overlapping holders {a:?} and {b:?}");
+            }
+            let tokens: Vec<(Instant, u64)> = history
+                .iter()
+                .filter(|h| &h.0 == r)
+                .map(|h| (h.1.granted, h.2))
+                .collect();
+            if let Some((a, b)) = first_token_regression(&tokens) {
+                panic!("{r}: token {} granted after {}", b.1, a.1);
+            }
         }
-        let tokens: Vec<(Instant, u64)> = history
-            .iter()
-            .filter(|h| &h.0 == r)
-            .map(|h| (h.1.granted, h.2))
-            .collect();
-        if let Some((a, b)) = first_token_regression(&tokens) {
-            panic!("{r}: token {} granted after {}", b.1, a.1);
-        }
+        eprintln!(
+            "{} sections on {} resources, {moved_under_load} while {slots} slots moved, {} ASKING on the target",
+            history.len(),
+            resources.len(),
+            calls(cluster.server(to), "asking"),
+        );
     }
-    eprintln!(
-        "{} sections on {} resources, {moved_under_load} while {slots} slots moved",
-        history.len(),
-        resources.len()
-    );
+
+    // The load's clients were subscribed to these resources' notices on
+    // the old master, which dropped the channels with the slots: a waiter
+    // of theirs is still woken by a release, through the new master.
+    for r in &resources[..2] {
+        let guard = clients[0].acquire(r, secs(30)).await.unwrap();
+        let (second, after, _) = hand_over_by_notice(guard, clients[1].clone()).await;
+        assert!(after < secs(5), "{r}: woken {after:?} after the release");
+        second.release().await;
+    }
 }
 
 /// A slot half-migrated (its keys moved, the slot still the source's): the

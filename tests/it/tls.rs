@@ -9,8 +9,9 @@ use std::time::{Duration, Instant};
 
 use redfence::{Client, ConfigError, Error, FencedStore, NodeErrorKind, RestartGuard, Retry, Tls};
 
-use crate::helpers::{eventually, hand_over_by_notice, ms, report, secs, LOCK_KEYS};
+use crate::helpers::{calls, eventually, hand_over_by_notice, ms, report, secs, LOCK_KEYS};
 use crate::support::certs::{certs, Identity};
+use crate::support::cluster::RedisCluster;
 use crate::support::{RedisServer, ServerOptions, ServerTls};
 
 fn tls_server(tls: ServerTls) -> RedisServer {
@@ -362,4 +363,178 @@ async fn audit_and_fenced_store_over_tls() {
         .unwrap_err();
     assert!(stale.is_stale(), "{stale}");
     new.release().await;
+}
+
+/// What a plain-text `PING` on `port` gets back (2 s at most): anything but
+/// `+PONG` from a TLS port.
+fn plain_text_ping(port: u16) -> String {
+    use std::io::{Read, Write};
+    let addr = std::net::SocketAddr::from((std::net::Ipv4Addr::LOCALHOST, port));
+    let Ok(mut stream) = std::net::TcpStream::connect_timeout(&addr, secs(2)) else {
+        return "(connection refused)".to_owned();
+    };
+    stream.set_read_timeout(Some(secs(2))).unwrap();
+    let _ = stream.write_all(b"PING\r\n");
+    let mut got = Vec::new();
+    let _ = stream.take(64).read_to_end(&mut got);
+    String::from_utf8_lossy(&got).into_owned()
+}
+
+/// A Redis Cluster whose nodes are TLS only (`--port 0`, mutual TLS, the
+/// cluster bus and replication links TLS too) is one node behind
+/// `rediss+cluster://`: locks on every shard, tokens that increase across
+/// holders, a waiter woken by the sharded release notice (`SSUBSCRIBE` to
+/// the lock's shard, over TLS) and the audit of each master. The client
+/// learns the masters from the seed and reaches each with the same TLS
+/// settings (its client certificate included).
+#[tokio::test]
+async fn a_tls_redis_cluster_is_one_node() {
+    let started = Instant::now();
+    let cluster = RedisCluster::start_tls(3, 0, &certs().cluster_node(true));
+    eprintln!("TLS cluster up in {:?}", started.elapsed());
+    let masters = cluster.master_ports();
+    assert_eq!(masters.len(), 3, "{masters:?}");
+    assert_eq!(
+        cluster.seed_url(),
+        format!("rediss+cluster://127.0.0.1:{}", masters[0])
+    );
+
+    // TLS only: no plain TCP port, and the TLS port speaks no plain text.
+    for &port in &masters {
+        let node = cluster.server(port);
+        assert_eq!(node.cli(&["CONFIG", "GET", "port"]), "port\n0");
+        assert_eq!(
+            node.cli(&["CONFIG", "GET", "tls-port"]),
+            format!("tls-port\n{port}")
+        );
+        assert_eq!(
+            node.cli(&["CONFIG", "GET", "tls-cluster"]),
+            "tls-cluster\nyes"
+        );
+        let reply = plain_text_ping(port);
+        assert!(
+            !reply.contains("PONG"),
+            "plain text answered on {port}: {reply:?}"
+        );
+    }
+
+    let cluster_client = || {
+        Client::builder([cluster.seed_url()])
+            .tls(with_client_cert(&certs().client))
+            .restart_guard(RestartGuard::off())
+            .node_timeout(secs(1))
+            .build()
+            .unwrap()
+    };
+    let client = cluster_client();
+    assert_eq!((client.nodes(), client.quorum()), (1, 1));
+    let held = |cluster: &RedisCluster| -> Vec<usize> {
+        masters
+            .iter()
+            .map(|&p| cluster.server(p).count_keys(LOCK_KEYS))
+            .collect()
+    };
+
+    // Resources spread over the shards: every master holds some.
+    let mut guards = Vec::new();
+    for i in 0..20 {
+        guards.push(
+            client
+                .acquire(&format!("spread:{i}"), secs(10))
+                .await
+                .unwrap(),
+        );
+    }
+    let on_masters = held(&cluster);
+    assert_eq!(on_masters.iter().sum::<usize>(), 20, "{on_masters:?}");
+    assert!(
+        on_masters.iter().all(|&n| n > 0),
+        "a shard holds no lock: {on_masters:?}"
+    );
+    for guard in guards {
+        let released = guard.release().await;
+        assert_eq!(released.confirmed, 1, "{released:?}");
+    }
+    assert_eq!(held(&cluster), vec![0; 3]);
+
+    // Tokens increase across successive holders, from three clients.
+    let clients: Vec<Client> = (0..3).map(|_| cluster_client()).collect();
+    let mut last = 0;
+    for round in 0..9 {
+        let guard = clients[round % 3]
+            .acquire("orders:42", secs(5))
+            .await
+            .unwrap();
+        let token = guard.token().unwrap().get();
+        assert!(token > last, "token {token} after {last}");
+        last = token;
+        guard.release().await;
+    }
+
+    // A waiter on another client is woken by the release notice on the
+    // lock's shard: its retry policy alone would wait 10 s.
+    let home = cluster.owner_of_slot(RedisCluster::slot_of(&client.fence_key("orders:42")));
+    let guard = client.acquire("orders:42", secs(30)).await.unwrap();
+    let first = guard.token().unwrap();
+    let (second, after, released) = hand_over_by_notice(guard, clients[1].clone()).await;
+    assert_eq!(released.confirmed, 1, "{released:?}");
+    assert!(after < secs(5), "woken {after:?} after the release");
+    assert!(second.token().unwrap() > first);
+    second.release().await;
+    assert!(
+        calls(cluster.server(home), "spublish") > 0,
+        "no sharded notice on {home}"
+    );
+    assert!(eventually(secs(2), || held(&cluster) == vec![0; 3]).await);
+
+    // The audit visits every master of the one node, over TLS.
+    let audit = tokio::time::timeout(secs(30), client.audit())
+        .await
+        .expect("the audit within 30 s");
+    assert_eq!(audit.nodes.len(), 3, "{audit}");
+    assert!(audit.nodes.iter().all(|n| n.reachable), "{audit}");
+    for port in &masters {
+        let shown = format!("127.0.0.1:{port}");
+        assert!(
+            audit.nodes.iter().any(|n| n.addr.contains(&shown)),
+            "{audit}"
+        );
+    }
+    eprintln!(
+        "a_tls_redis_cluster_is_one_node took {:?}",
+        started.elapsed()
+    );
+}
+
+#[test]
+fn zz_tmp_replicas_and_reshard() {
+    let t = Instant::now();
+    let mut cluster = RedisCluster::start_tls(3, 1, &certs().cluster_node(false));
+    eprintln!("3x1 up in {:?}", t.elapsed());
+    assert_eq!(cluster.replica_ports().len(), 3);
+    let m = cluster.master_ports();
+    eprintln!("seed_urls {:?}", cluster.seed_urls());
+    cluster.reshard(m[0], m[1], 100);
+    eprintln!("reshard done {:?}", t.elapsed());
+    let slot = cluster.slots_of(m[0])[0];
+    let key = format!("{}k", crate::support::cluster::tag_for_slot(slot));
+    assert_eq!(cluster.server(m[0]).cli(&["SET", &key, "v"]), "OK");
+    cluster.migrate_slot_begin(slot, m[0], m[2]);
+    cluster.migrate_slot_finish(slot, m[0], m[2]);
+    assert_eq!(cluster.server(m[2]).cli(&["GET", &key]), "v");
+    let r = cluster.replicas_of(m[1])[0];
+    cluster.failover(r);
+    eprintln!("failover done {:?}", t.elapsed());
+    let r2 = cluster.replicas_of(m[2])[0];
+    let newm = cluster.kill_master_and_wait_failover(m[2]);
+    assert_eq!(newm, r2);
+    cluster.node(m[2]).restart();
+    cluster.wait_consistent();
+    eprintln!("all done {:?}", t.elapsed());
+}
+
+#[test]
+#[should_panic(expected = "client authentication")]
+fn zz_tmp_server_only_cert() {
+    let _c = RedisCluster::start_tls(3, 0, &certs().server());
 }

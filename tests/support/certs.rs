@@ -42,6 +42,11 @@ pub struct Certs {
     pub expired_server: Identity,
     /// For `wrong.example` only, signed by `ca_pem`.
     pub wrong_host_server: Identity,
+    /// For 127.0.0.1 (and `localhost`), signed by `ca_pem`, for server and
+    /// client authentication both: a TLS Redis Cluster node presents it on
+    /// its client port and also as a client, to the other nodes' cluster
+    /// bus (which always asks for a client certificate) and to its master.
+    pub cluster_node: Identity,
 }
 
 impl Certs {
@@ -64,6 +69,15 @@ impl Certs {
             ca_pem: self.ca_pem.clone(),
             auth_clients,
         }
+    }
+
+    /// The TLS of every node of a TLS Redis Cluster
+    /// (`RedisCluster::start_tls`): `cluster_node`, whose certificate is
+    /// valid for client authentication too, as the nodes' links to each
+    /// other need. With `auth_clients`, clients must present a certificate
+    /// signed by `ca_pem` (e.g. `client`).
+    pub fn cluster_node(&self, auth_clients: bool) -> ServerTls {
+        self.server_with(&self.cluster_node, auth_clients)
     }
 }
 
@@ -95,7 +109,20 @@ fn make() -> Result<Certs, rcgen::Error> {
         params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
         leaf(params, issuer)
     };
+    let cluster_node = {
+        let mut params =
+            CertificateParams::new(vec!["127.0.0.1".to_owned(), "localhost".to_owned()])?;
+        params
+            .distinguished_name
+            .push(DnType::CommonName, "redfence test cluster node");
+        params.extended_key_usages = vec![
+            ExtendedKeyUsagePurpose::ServerAuth,
+            ExtendedKeyUsagePurpose::ClientAuth,
+        ];
+        leaf(params, &ca)?
+    };
     Ok(Certs {
+        cluster_node,
         server: server(&["127.0.0.1", "localhost"], false)?,
         expired_server: server(&["127.0.0.1", "localhost"], true)?,
         wrong_host_server: server(&["wrong.example"], false)?,

@@ -21,6 +21,15 @@
 //! (Debian's `redis-tools`, which `redis-server` depends on) or
 //! `REDIS_CLI_BIN`.
 //!
+//! [`RedisCluster::start_tls`] starts the same cluster TLS only: every node
+//! with `--port 0 --tls-port P`, TLS on the cluster bus and replication
+//! links too (`tls-cluster`, `tls-replication`), `redis-cli` run with
+//! `--tls`. The harness then queries each node over its Unix socket (which
+//! `RedisServer` opens for every TLS server), so it needs no TLS client of
+//! its own; the nodes still announce their TLS ports, which is what
+//! [`RedisCluster::seed_url`] (`rediss+cluster://`) and the topology
+//! queries report.
+//!
 //! Nodes use `cluster-port` for their bus port (a second reserved free
 //! port) rather than the default `port + 10000`, which overflows for ports
 //! the kernel hands out. Roles change only when a test asks:
@@ -31,19 +40,21 @@
 // Each includer uses a different subset.
 #![allow(dead_code)]
 
+use std::collections::BTreeMap;
 use std::fs;
-use std::io::{self, BufRead, BufReader, Write};
+use std::io::{self, BufRead, BufReader, Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpStream};
+use std::os::unix::net::UnixStream;
 use std::panic::{self, AssertUnwindSafe};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock, PoisonError};
 use std::thread;
 use std::time::{Duration, Instant};
 
 use super::process::{self, ReservedPort, TempDir};
-use super::server::{RedisServer, ServerOptions};
+use super::server::{RedisServer, ServerOptions, ServerTls};
 
 /// Number of hash slots of every Redis Cluster.
 pub const SLOTS: usize = 16384;
@@ -217,6 +228,9 @@ pub struct RedisCluster {
     dir: TempDir,
     /// Numbers the redis-cli log files.
     runs: AtomicUsize,
+    /// Set by [`Self::start_tls`]: every node's TLS, which `redis-cli` also
+    /// uses (its files are in `dir`).
+    tls: Option<ServerTls>,
 }
 
 impl RedisCluster {
@@ -226,6 +240,39 @@ impl RedisCluster {
     /// `cluster_state:ok`, knows every other node, agrees on the owner of
     /// every slot, and every replica's link to its master is up.
     pub fn start(masters: usize, replicas_per_master: usize) -> RedisCluster {
+        RedisCluster::create(masters, replicas_per_master, None)
+    }
+
+    /// [`Self::start`], TLS only: every node listens on its TLS port alone
+    /// (`--port 0 --tls-port P`, no plain TCP port), with `tls`'s
+    /// certificate, key and CA, `tls-auth-clients` as `tls.auth_clients`
+    /// says, and TLS on the cluster bus (`tls-cluster yes`) and on the
+    /// replication links (`tls-replication yes`). `redis-cli --cluster`
+    /// runs with `--tls --cacert --cert --key` (the nodes' own files).
+    ///
+    /// The certificate must be valid for client authentication too (e.g.
+    /// `certs().cluster_node(..)`): the nodes present it to each other, and
+    /// the cluster bus always asks for a client certificate.
+    ///
+    /// [`Self::seed_url`] is then `rediss+cluster://127.0.0.1:P`,
+    /// [`Self::seed_urls`] are `rediss://` URLs, and every other method
+    /// works as on a plain cluster: the harness reaches the nodes through
+    /// their Unix sockets.
+    pub fn start_tls(masters: usize, replicas_per_master: usize, tls: &ServerTls) -> RedisCluster {
+        RedisCluster::create(masters, replicas_per_master, Some(tls))
+    }
+
+    /// Whether the nodes are TLS only ([`Self::start_tls`]).
+    pub fn is_tls(&self) -> bool {
+        self.tls.is_some()
+    }
+
+    /// The nodes' TLS settings, for a cluster from [`Self::start_tls`].
+    pub fn tls(&self) -> Option<&ServerTls> {
+        self.tls.as_ref()
+    }
+
+    fn create(masters: usize, replicas_per_master: usize, tls: Option<&ServerTls>) -> RedisCluster {
         assert!(
             masters >= 3,
             "redis-cli --cluster create needs at least 3 masters, asked for {masters}"
@@ -238,7 +285,9 @@ impl RedisCluster {
             bus_ports: Vec::new(),
             dir,
             runs: AtomicUsize::new(0),
+            tls: tls.cloned(),
         };
+        cluster.write_tls_files();
         let total = masters * (1 + replicas_per_master);
         for _ in 0..total {
             let (server, bus) = cluster.start_node();
@@ -255,9 +304,15 @@ impl RedisCluster {
         let mut run = cluster.spawn_redis_cli("create", &args);
         run.finish();
         let ports = cluster.ports();
+        let tls_hint = if cluster.is_tls() {
+            " (TLS: the nodes' certificate must also be valid for client authentication, \
+             which the cluster bus and the replication links check)"
+        } else {
+            ""
+        };
         let what = format!(
             "cluster of {masters} masters x {replicas_per_master} replicas (ports {ports:?}) \
-             to be ok, fully joined and agreed on all slots"
+             to be ok, fully joined and agreed on all slots{tls_hint}"
         );
         wait_until(&what, || {
             let view = consistency(&ports)?;
@@ -309,6 +364,7 @@ impl RedisCluster {
             bus_ports: Vec::new(),
             dir,
             runs: AtomicUsize::new(0),
+            tls: None,
         };
         for _ in 0..masters {
             let (server, bus) = cluster.start_node();
@@ -363,7 +419,7 @@ impl RedisCluster {
         for attempt in 1..=BUS_PORT_ATTEMPTS {
             let bus = ReservedPort::pick();
             let conf = self.dir.join(&format!("nodes-{}.conf", bus.get()));
-            let opts = ServerOptions {
+            let mut opts = ServerOptions {
                 extra_args: [
                     "--cluster-enabled",
                     "yes",
@@ -386,8 +442,19 @@ impl RedisCluster {
                 .to_vec(),
                 ..ServerOptions::default()
             };
+            if let Some(tls) = &self.tls {
+                opts.tls = Some(tls.clone());
+                opts.extra_args.extend(
+                    ["--tls-cluster", "yes", "--tls-replication", "yes"].map(str::to_owned),
+                );
+            }
             match panic::catch_unwind(AssertUnwindSafe(|| RedisServer::start_with(opts))) {
-                Ok(server) => return (server, bus),
+                Ok(server) => {
+                    if self.tls.is_some() {
+                        register_socket(&server);
+                    }
+                    return (server, bus);
+                }
                 Err(_) if attempt < BUS_PORT_ATTEMPTS => {
                     let bus = bus.get();
                     eprintln!(
@@ -433,21 +500,31 @@ impl RedisCluster {
             .unwrap_or_else(|| panic!("no cluster node on port {port} (nodes: {:?})", self.ports()))
     }
 
-    /// `redis+cluster://127.0.0.1:P`, P the first of [`Self::master_ports`].
+    /// `redis+cluster://127.0.0.1:P`, P the first of [`Self::master_ports`]
+    /// (`rediss+cluster://` for a cluster from [`Self::start_tls`]).
     pub fn seed_url(&self) -> String {
         let port = *self
             .master_ports()
             .first()
             .expect("the cluster has no live master");
-        format!("redis+cluster://127.0.0.1:{port}")
+        format!("{}+cluster://127.0.0.1:{port}", self.scheme())
     }
 
-    /// `redis://127.0.0.1:P` for every master.
+    /// `redis://127.0.0.1:P` for every master (`rediss://` for a cluster
+    /// from [`Self::start_tls`]).
     pub fn seed_urls(&self) -> Vec<String> {
         self.master_ports()
             .into_iter()
-            .map(|p| format!("redis://127.0.0.1:{p}"))
+            .map(|p| format!("{}://127.0.0.1:{p}", self.scheme()))
             .collect()
+    }
+
+    fn scheme(&self) -> &'static str {
+        if self.is_tls() {
+            "rediss"
+        } else {
+            "redis"
+        }
     }
 
     /// The masters now, in start order, as `CLUSTER NODES` of the first
@@ -749,11 +826,47 @@ impl RedisCluster {
         )
     }
 
+    /// The PEM files of [`Self::start_tls`]'s TLS for `redis-cli`, in the
+    /// cluster's directory (nothing for a plain cluster).
+    fn write_tls_files(&self) {
+        let Some(tls) = &self.tls else {
+            return;
+        };
+        for (name, pem) in [
+            ("tls.crt", &tls.cert_pem),
+            ("tls.key", &tls.key_pem),
+            ("ca.crt", &tls.ca_pem),
+        ] {
+            let path = self.dir.join(name);
+            fs::write(&path, pem).unwrap_or_else(|e| panic!("writing {}: {e}", path.display()));
+        }
+    }
+
+    /// `--tls --cacert --cert --key` for a cluster from [`Self::start_tls`]
+    /// (the nodes' own certificate, valid for client authentication too),
+    /// nothing for a plain one.
+    fn redis_cli_tls_args(&self) -> Vec<String> {
+        if self.tls.is_none() {
+            return Vec::new();
+        }
+        let file = |name: &str| self.dir.join(name).display().to_string();
+        vec![
+            "--tls".to_owned(),
+            "--cacert".to_owned(),
+            file("ca.crt"),
+            "--cert".to_owned(),
+            file("tls.crt"),
+            "--key".to_owned(),
+            file("tls.key"),
+        ]
+    }
+
     /// Starts `redis-cli ARGS` with its output in a log file of its own.
     fn spawn_redis_cli(&self, kind: &str, args: &[String]) -> RedisCli {
         let n = self.runs.fetch_add(1, Ordering::Relaxed);
         let log = self.dir.join(&format!("redis-cli-{kind}-{n}.log"));
         let mut cmd = Command::new(redis_cli_bin());
+        cmd.args(self.redis_cli_tls_args());
         cmd.args(args);
         let child = process::spawn_logged(&mut cmd, &log);
         RedisCli {
@@ -770,6 +883,12 @@ impl Drop for RedisCluster {
         // directories are removed.
         for node in &mut self.nodes {
             node.kill();
+        }
+        if self.tls.is_some() {
+            let mut sockets = tls_sockets();
+            for node in &self.nodes {
+                sockets.remove(&node.port());
+            }
         }
     }
 }
@@ -1069,13 +1188,28 @@ fn text(port: u16, args: &[&str]) -> io::Result<String> {
     }
 }
 
-/// One command on a fresh connection to 127.0.0.1:`port`.
+/// The Unix sockets of the running TLS clusters' nodes, by client (TLS)
+/// port: [`query`] goes through them, since the nodes take no plain TCP.
+/// Ports are reserved for the life of their node, so a port here is never
+/// a plain server's; a cluster removes its own when dropped.
+static TLS_SOCKETS: Mutex<BTreeMap<u16, PathBuf>> = Mutex::new(BTreeMap::new());
+
+fn tls_sockets() -> std::sync::MutexGuard<'static, BTreeMap<u16, PathBuf>> {
+    TLS_SOCKETS.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Makes [`query`] reach the TLS-only `server` over its Unix socket.
+fn register_socket(server: &RedisServer) {
+    let url = server.socket_url();
+    let path = url
+        .strip_prefix("unix://")
+        .unwrap_or_else(|| panic!("redis {}: socket URL {url:?}", server.port()));
+    tls_sockets().insert(server.port(), PathBuf::from(path));
+}
+
+/// One command on a fresh connection to 127.0.0.1:`port` (over the node's
+/// Unix socket for a node of a TLS cluster, see [`TLS_SOCKETS`]).
 fn query<A: AsRef<[u8]>>(port: u16, args: &[A], timeout: Duration) -> io::Result<Value> {
-    let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
-    let mut stream = TcpStream::connect_timeout(&addr, timeout)?;
-    stream.set_nodelay(true)?;
-    stream.set_read_timeout(Some(timeout))?;
-    stream.set_write_timeout(Some(timeout))?;
     let mut request = format!("*{}\r\n", args.len()).into_bytes();
     for arg in args {
         let arg = arg.as_ref();
@@ -1083,7 +1217,32 @@ fn query<A: AsRef<[u8]>>(port: u16, args: &[A], timeout: Duration) -> io::Result
         request.extend_from_slice(arg);
         request.extend_from_slice(b"\r\n");
     }
-    stream.write_all(&request)?;
+    let socket = tls_sockets().get(&port).cloned();
+    if let Some(path) = socket {
+        let stream = UnixStream::connect(&path).map_err(|e| {
+            // A killed node leaves its socket file behind (refused) or
+            // none (not found): either way down, as a refused TCP connect.
+            if e.kind() == io::ErrorKind::NotFound {
+                io::Error::new(io::ErrorKind::ConnectionRefused, e)
+            } else {
+                e
+            }
+        })?;
+        stream.set_read_timeout(Some(timeout))?;
+        stream.set_write_timeout(Some(timeout))?;
+        return exchange(stream, &request);
+    }
+    let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
+    let stream = TcpStream::connect_timeout(&addr, timeout)?;
+    stream.set_nodelay(true)?;
+    stream.set_read_timeout(Some(timeout))?;
+    stream.set_write_timeout(Some(timeout))?;
+    exchange(stream, &request)
+}
+
+/// Sends `request` and reads one reply.
+fn exchange(mut stream: impl Read + Write, request: &[u8]) -> io::Result<Value> {
+    stream.write_all(request)?;
     read_value(&mut BufReader::new(stream))
 }
 
