@@ -299,6 +299,12 @@ impl Cluster {
         Ok(shard)
     }
 
+    /// The masters' servers made so far.
+    fn known(&self) -> Vec<Arc<Shard>> {
+        let shards = self.shards.lock().unwrap_or_else(|p| p.into_inner());
+        shards.values().cloned().collect()
+    }
+
     fn since_epoch(&self, t: Instant) -> u64 {
         u64::try_from(t.saturating_duration_since(self.epoch).as_nanos()).unwrap_or(u64::MAX)
     }
@@ -351,7 +357,7 @@ impl Cluster {
             let server = &shard.server;
             let reply = match (&asking, request) {
                 (Some(_), _) => server
-                    .run_pipeline_through(&request.asking(), settled, through_stall, vote)
+                    .run_pipeline(&request.asking(), settled, through_stall, vote)
                     .await
                     .and_then(|reply| request.after_asking(reply)),
                 (None, Routed::Script(script, evalsha)) => {
@@ -360,13 +366,11 @@ impl Cluster {
                         .await
                 }
                 (None, Routed::Cmd(cmd)) => {
-                    server
-                        .run_command_through(cmd, settled, through_stall, vote)
-                        .await
+                    server.run_command(cmd, settled, through_stall, vote).await
                 }
                 (None, Routed::Pipe(pipe)) => {
                     server
-                        .run_pipeline_through(pipe, settled, through_stall, vote)
+                        .run_pipeline(pipe, settled, through_stall, vote)
                         .await
                 }
             };
@@ -424,14 +428,7 @@ impl Cluster {
     /// something since that answered nothing since are stalled.
     pub(crate) fn note_timeout(&self, sent_at: Instant) {
         let since = self.since_epoch(sent_at);
-        let shards: Vec<Arc<Shard>> = self
-            .shards
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .values()
-            .cloned()
-            .collect();
-        for shard in shards {
+        for shard in self.known() {
             if shard.sent.load(Ordering::Relaxed) >= since {
                 shard.server.note_timeout(sent_at);
             }
@@ -508,20 +505,14 @@ impl Cluster {
         let timeout = self.timeouts.connect;
         let mut slots = redis::cmd("CLUSTER");
         slots.arg("SLOTS");
-        let known: Vec<Arc<Shard>> = self
-            .shards
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .values()
-            .cloned()
-            .collect();
+        let known = self.known();
         let mut last = NodeErrorKind::ClusterTopology {
             reason: "no seed answered CLUSTER SLOTS".into(),
         };
         for shard in &known {
             let asked = shard
                 .server
-                .run_command_through(&slots, &Settled::NEVER, false, None);
+                .run_command(&slots, &Settled::NEVER, false, None);
             match tokio::time::timeout(timeout, asked).await {
                 Ok(Ok(reply)) => {
                     let host = shard.server.addr().rsplit_once(':').map_or("", |(h, _)| h);

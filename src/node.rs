@@ -129,7 +129,7 @@ impl Node {
         vote: Option<Vote>,
     ) -> Result<Value, NodeErrorKind> {
         match &self.kind {
-            Kind::Server(s) => s.run_command(cmd, settled, vote).await,
+            Kind::Server(s) => s.run_command(cmd, settled, false, vote).await,
             Kind::Cluster(c) => match split_mget(cmd) {
                 Some(gets) => {
                     let replies = futures::future::join_all(
@@ -155,7 +155,7 @@ impl Node {
         vote: Option<Vote>,
     ) -> Result<Value, NodeErrorKind> {
         match &self.kind {
-            Kind::Server(s) => s.run_pipeline(pipe, settled, vote).await,
+            Kind::Server(s) => s.run_pipeline(pipe, settled, false, vote).await,
             Kind::Cluster(c) => c.run(Routed::Pipe(pipe), settled, false, vote).await,
         }
     }

@@ -339,20 +339,10 @@ impl Server {
         self.finish(connected.generation, reply, Sent::Script(script))
     }
 
-    /// Runs a plain command; see [`run_script`](Self::run_script_prepared).
+    /// Runs a plain command; see
+    /// [`run_script_prepared`](Self::run_script_prepared) (`through_stall`
+    /// for releases, which a cluster routes as plain commands too).
     pub(crate) async fn run_command(
-        &self,
-        cmd: &Cmd,
-        settled: &Settled,
-        vote: Option<Vote>,
-    ) -> Result<Value, NodeErrorKind> {
-        self.run_request(Request::Cmd(cmd), settled, false, vote)
-            .await
-    }
-
-    /// [`run_command`](Self::run_command), sent through a stall when
-    /// `through_stall` (a cluster routes a release with it).
-    pub(crate) async fn run_command_through(
         &self,
         cmd: &Cmd,
         settled: &Settled,
@@ -363,9 +353,11 @@ impl Server {
             .await
     }
 
-    /// [`run_pipeline`](Self::run_pipeline), sent through a stall when
-    /// `through_stall`.
-    pub(crate) async fn run_pipeline_through(
+    /// Runs a pipeline (a `MULTI`/`EXEC` transaction when atomic) as one
+    /// request: written in one piece, so nothing else on the multiplexed
+    /// connection lands inside it. See
+    /// [`run_script_prepared`](Self::run_script_prepared).
+    pub(crate) async fn run_pipeline(
         &self,
         pipe: &Pipeline,
         settled: &Settled,
@@ -373,19 +365,6 @@ impl Server {
         vote: Option<Vote>,
     ) -> Result<Value, NodeErrorKind> {
         self.run_request(Request::Pipe(pipe), settled, through_stall, vote)
-            .await
-    }
-
-    /// Runs a pipeline (a `MULTI`/`EXEC` transaction when atomic) as one
-    /// request: written in one piece, so nothing else on the multiplexed
-    /// connection lands inside it. See [`run_script`](Self::run_script_prepared).
-    pub(crate) async fn run_pipeline(
-        &self,
-        pipe: &Pipeline,
-        settled: &Settled,
-        vote: Option<Vote>,
-    ) -> Result<Value, NodeErrorKind> {
-        self.run_request(Request::Pipe(pipe), settled, false, vote)
             .await
     }
 

@@ -218,24 +218,22 @@ fn role_finding(
     }
     let role = role?;
     Some(match (role.name.as_str(), &role.master) {
-        ("master", _) if !role.replicas.is_empty() && in_cluster => Finding::warning(
-            Check::Role,
-            format!(
-                "a cluster master with {} connected replica{} ({}): replication is asynchronous, so if a failover promotes one, locks this master granted but had not yet copied are gone; a client that read the slot map before the failover counts the promoted master as started now and keeps it out of quorums for the restart guard's window (keep the guard on), one that first connects after it trusts the promoted master at once",
+        ("master", _) if !role.replicas.is_empty() => {
+            let replicas = format!(
+                "{} connected replica{} ({}): replication is asynchronous, so if a failover promotes one, locks this master granted but had not yet copied are gone",
                 role.replicas.len(),
                 if role.replicas.len() == 1 { "" } else { "s" },
                 role.replicas.join(", ")
-            ),
-        ),
-        ("master", _) if !role.replicas.is_empty() => Finding::warning(
-            Check::Role,
-            format!(
-                "a master with {} connected replica{} ({}): replication is asynchronous, so if a failover promotes one, locks this master granted but had not yet copied are gone and a second holder can be granted; Redlock wants independent masters with no failover, or a promoted node kept out of quorums for the longest lock TTL",
-                role.replicas.len(),
-                if role.replicas.len() == 1 { "" } else { "s" },
-                role.replicas.join(", ")
-            ),
-        ),
+            );
+            Finding::warning(
+                Check::Role,
+                if in_cluster {
+                    format!("a cluster master with {replicas}; a client that read the slot map before the failover counts the promoted master as started now and keeps it out of quorums for the restart guard's window (keep the guard on), one that first connects after it trusts the promoted master at once")
+                } else {
+                    format!("a master with {replicas} and a second holder can be granted; Redlock wants independent masters with no failover, or a promoted node kept out of quorums for the longest lock TTL")
+                },
+            )
+        }
         ("master", _) => Finding::info(Check::Role, "master"),
         ("slave" | "replica", master) => Finding::error(
             Check::Role,

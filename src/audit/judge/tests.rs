@@ -475,27 +475,15 @@ fn every_message_follows_the_house_style() {
             false,
         )
         .unwrap(),
-        role_finding(
-            Some(&Role {
-                name: "master".into(),
-                master: None,
-                replicas: vec!["127.0.0.1:9001".into()],
-            }),
-            None,
-            false,
-        )
-        .unwrap(),
-        role_finding(
-            Some(&Role {
-                name: "master".into(),
-                master: None,
-                replicas: vec!["127.0.0.1:9001".into()],
-            }),
-            None,
-            true,
-        )
-        .unwrap(),
     ];
+    let replicated = Role {
+        name: "master".into(),
+        master: None,
+        replicas: vec!["127.0.0.1:9001".into()],
+    };
+    for in_cluster in [false, true] {
+        findings.push(role_finding(Some(&replicated), None, in_cluster).unwrap());
+    }
     for p in ["noeviction", "volatile-ttl", "allkeys-random", "odd"] {
         findings.push(eviction_finding(Some(p), Some(0), None));
     }
