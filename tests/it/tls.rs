@@ -505,36 +505,3 @@ async fn a_tls_redis_cluster_is_one_node() {
         started.elapsed()
     );
 }
-
-#[test]
-fn zz_tmp_replicas_and_reshard() {
-    let t = Instant::now();
-    let mut cluster = RedisCluster::start_tls(3, 1, &certs().cluster_node(false));
-    eprintln!("3x1 up in {:?}", t.elapsed());
-    assert_eq!(cluster.replica_ports().len(), 3);
-    let m = cluster.master_ports();
-    eprintln!("seed_urls {:?}", cluster.seed_urls());
-    cluster.reshard(m[0], m[1], 100);
-    eprintln!("reshard done {:?}", t.elapsed());
-    let slot = cluster.slots_of(m[0])[0];
-    let key = format!("{}k", crate::support::cluster::tag_for_slot(slot));
-    assert_eq!(cluster.server(m[0]).cli(&["SET", &key, "v"]), "OK");
-    cluster.migrate_slot_begin(slot, m[0], m[2]);
-    cluster.migrate_slot_finish(slot, m[0], m[2]);
-    assert_eq!(cluster.server(m[2]).cli(&["GET", &key]), "v");
-    let r = cluster.replicas_of(m[1])[0];
-    cluster.failover(r);
-    eprintln!("failover done {:?}", t.elapsed());
-    let r2 = cluster.replicas_of(m[2])[0];
-    let newm = cluster.kill_master_and_wait_failover(m[2]);
-    assert_eq!(newm, r2);
-    cluster.node(m[2]).restart();
-    cluster.wait_consistent();
-    eprintln!("all done {:?}", t.elapsed());
-}
-
-#[test]
-#[should_panic(expected = "client authentication")]
-fn zz_tmp_server_only_cert() {
-    let _c = RedisCluster::start_tls(3, 0, &certs().server());
-}

@@ -301,15 +301,19 @@ impl RedisCluster {
             replicas_per_master.to_string(),
             "--cluster-yes".to_owned(),
         ]);
-        let mut run = cluster.spawn_redis_cli("create", &args);
-        run.finish();
-        let ports = cluster.ports();
+        // A node certificate not valid for client authentication makes
+        // every bus handshake fail: redis-cli then waits for the join until
+        // killed.
         let tls_hint = if cluster.is_tls() {
             " (TLS: the nodes' certificate must also be valid for client authentication, \
              which the cluster bus and the replication links check)"
         } else {
             ""
         };
+        let mut run = cluster.spawn_redis_cli("create", &args);
+        run.what.push_str(tls_hint);
+        run.finish();
+        let ports = cluster.ports();
         let what = format!(
             "cluster of {masters} masters x {replicas_per_master} replicas (ports {ports:?}) \
              to be ok, fully joined and agreed on all slots{tls_hint}"
