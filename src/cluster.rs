@@ -182,21 +182,23 @@ pub(crate) enum Routed<'a> {
 }
 
 impl Routed<'_> {
-    /// The key that routes the request: a script's first key, a command's
-    /// first argument, a pipeline's first command's.
-    fn key(&self) -> Option<Vec<u8>> {
+    /// The hash slot of the key that routes the request: a script's first
+    /// key, a command's first argument, a pipeline's first command's; 0
+    /// without one.
+    fn slot(&self) -> u16 {
         let nth = |cmd: &Cmd, n: usize| match cmd.args_iter().nth(n) {
-            Some(redis::Arg::Simple(bytes)) => Some(bytes.to_vec()),
+            Some(redis::Arg::Simple(bytes)) => Some(key_slot(bytes)),
             _ => None,
         };
-        match self {
-            Routed::Script(_, cmd) => {
-                let keys = nth(cmd, 2)?;
-                (keys.as_slice() != b"0").then(|| nth(cmd, 3)).flatten()
-            }
+        let slot = match self {
+            Routed::Script(_, cmd) => match cmd.args_iter().nth(2) {
+                Some(redis::Arg::Simple(b"0")) => None,
+                _ => nth(cmd, 3),
+            },
             Routed::Cmd(cmd) => nth(cmd, 1),
             Routed::Pipe(pipe) => pipe.cmd_iter().find_map(|cmd| nth(cmd, 1)),
-        }
+        };
+        slot.unwrap_or(0)
     }
 
     /// The same request after `ASKING`, for the master importing its slot.
@@ -309,17 +311,19 @@ impl Cluster {
         u64::try_from(t.saturating_duration_since(self.epoch).as_nanos()).unwrap_or(u64::MAX)
     }
 
-    /// The master serving `slot`, reading the map first if there is none.
-    async fn master_of(&self, slot: u16) -> Result<String, NodeErrorKind> {
+    /// The server of the master serving `slot`, reading the map first if
+    /// there is none.
+    async fn master_of(&self, slot: u16) -> Result<Arc<Shard>, NodeErrorKind> {
         let map = match self.map() {
             Some(map) => map,
             None => self.refresh(None).await?,
         };
-        map.master_of(slot)
-            .map(str::to_owned)
-            .ok_or_else(|| NodeErrorKind::ClusterTopology {
+        match map.master_of(slot) {
+            Some(addr) => self.shard(addr),
+            None => Err(NodeErrorKind::ClusterTopology {
                 reason: format!("no master serves hash slot {slot}"),
-            })
+            }),
+        }
     }
 
     /// Sends `request` to the master of its key's slot, following
@@ -341,16 +345,15 @@ impl Cluster {
             }
             other => other,
         };
-        let slot = request.key().map_or(0, |key| key_slot(&key));
+        let slot = request.slot();
         let mut ask: Option<String> = None;
         let (mut redirects, mut pauses) = (0, 0);
         loop {
             let asking = ask.take();
-            let addr = match &asking {
-                Some(addr) => addr.clone(),
+            let shard = match &asking {
+                Some(addr) => self.shard(addr)?,
                 None => self.master_of(slot).await?,
             };
-            let shard = self.shard(&addr)?;
             shard
                 .sent
                 .store(self.since_epoch(Instant::now()), Ordering::Relaxed);
@@ -438,12 +441,11 @@ impl Cluster {
     /// Records a `MOVED`: `slot` is served by `to` now.
     fn moved(&self, slot: u16, to: &str) {
         let mut topology = self.topology();
-        let promoted = match &topology.map {
-            Some(map) => {
-                let mut map = (**map).clone();
-                map.moved(slot, to);
+        let promoted = match topology.map.clone() {
+            Some(mut map) => {
+                Arc::make_mut(&mut map).moved(slot, to);
                 let refreshed = topology.refreshed;
-                let promoted = topology.install(Arc::new(map));
+                let promoted = topology.install(map);
                 // Not a full read: the next background refresh is still due.
                 topology.refreshed = refreshed;
                 promoted
