@@ -670,3 +670,146 @@ async fn a_cluster_user_needs_the_cluster_row() {
         "retried a refusal: {err}"
     );
 }
+
+/// A paused master stalls only its own slots: after one request to it
+/// timed out, the next fails at once (stalled), while resources on the
+/// other masters are granted as before (a request that timed out marks
+/// stalled only the masters it could have waited on).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_master_stalls_only_its_own_slots() {
+    let mut cluster = RedisCluster::start(3, 0);
+    let masters = cluster.master_ports();
+    let client = crate::helpers::builder([cluster.seed_url()])
+        .node_timeout(ms(500))
+        .build()
+        .unwrap();
+    let on: Vec<String> = masters
+        .iter()
+        .map(|&port| resources_on(&cluster, &client, port, 1).remove(0))
+        .collect();
+    // Every master connected.
+    for r in &on {
+        client.acquire(r, secs(5)).await.unwrap().release().await;
+    }
+    cluster.node(masters[0]).pause();
+    let once = |r: String| {
+        let client = client.clone();
+        async move {
+            let started = Instant::now();
+            let got = client.try_acquire(&r, secs(5)).await;
+            (got, started.elapsed())
+        }
+    };
+    let (first, _) = once(on[0].clone()).await;
+    let err = first.expect_err("the paused master granted");
+    assert!(err.node_failures()[0].kind.is_timeout(), "{err}");
+    let (second, took) = once(on[0].clone()).await;
+    let err = second.expect_err("the paused master granted");
+    assert!(
+        matches!(err.node_failures()[0].kind, NodeErrorKind::Stalled { .. }),
+        "{err}"
+    );
+    assert!(took < ms(250), "a stalled master cost {took:?}");
+    for r in &on[1..] {
+        let (got, took) = once(r.clone()).await;
+        let guard = got.unwrap().expect("granted on a healthy master");
+        assert!(took < ms(400), "{r}: {took:?}");
+        guard.release().await;
+    }
+    cluster.node(masters[0]).resume();
+    let guard = client
+        .lock(&on[0], secs(5))
+        .retry(Retry::new().with_max_wait(secs(10)))
+        .acquire()
+        .await
+        .unwrap();
+    guard.release().await;
+}
+
+/// A plain node restarted empty next to two clusters gets its fences back
+/// from them (the restart guard's re-seed reads each bucket's fence from a
+/// cluster by one `GET` per key, each to its slot's master), and the
+/// clusters' own masters, young when the client first saw them, have their
+/// fences raised before they vote in fenced requests: tokens keep
+/// increasing throughout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plain_node_restarted_next_to_clusters_is_reseeded_from_them() {
+    let mut plain = RedisServer::start();
+    let clusters: Vec<RedisCluster> = (0..2).map(|_| RedisCluster::start(3, 0)).collect();
+    let client = Client::builder([
+        NodeSpec::from(plain.url()),
+        NodeSpec::from(clusters[0].seed_url()),
+        NodeSpec::from(clusters[1].seed_url()),
+    ])
+    .node_timeout(ms(500))
+    .restart_guard(RestartGuard::new().with_window(ms(1500)))
+    .build()
+    .unwrap();
+    let patiently = |r: &'static str| {
+        let client = client.clone();
+        async move {
+            client
+                .lock(r, secs(1))
+                .retry(Retry::new().with_max_wait(secs(20)))
+                .acquire()
+                .await
+                .expect("granted")
+        }
+    };
+    let mut last = std::collections::HashMap::new();
+    for r in ["a", "b"] {
+        for _ in 0..5 {
+            let guard = patiently(r).await;
+            let token = guard.token().unwrap().get();
+            assert!(
+                last.get(r).is_none_or(|&t| token > t),
+                "{r}: {token} after {last:?}"
+            );
+            last.insert(r, token);
+            guard.release().await;
+        }
+    }
+    let fence_on_cluster = |c: &RedisCluster, r: &str| -> Option<u64> {
+        let key = client.fence_key(r);
+        let owner = c.owner_of_slot(RedisCluster::slot_of(&key));
+        c.server(owner).cli(&["GET", &key]).parse().ok()
+    };
+    let expected: Vec<u64> = ["a", "b"]
+        .iter()
+        .map(|r| {
+            fence_on_cluster(&clusters[0], r)
+                .max(fence_on_cluster(&clusters[1], r))
+                .unwrap()
+        })
+        .collect();
+    plain.restart();
+    assert_eq!(plain.count_keys("redfence:fence:*"), 0, "lost its fences");
+    let plain_fence =
+        |r: &str| -> Option<u64> { plain.cli(&["GET", &client.fence_key(r)]).parse().ok() };
+    let deadline = Instant::now() + secs(20);
+    while plain_fence("a").is_none() || plain_fence("b").is_none() {
+        assert!(
+            Instant::now() < deadline,
+            "the plain node was never re-seeded"
+        );
+        if let Ok(guard) = client
+            .lock("c", secs(1))
+            .retry(Retry::new().with_max_wait(secs(15)))
+            .acquire()
+            .await
+        {
+            guard.release().await;
+        }
+        tokio::time::sleep(ms(100)).await;
+    }
+    assert_eq!(
+        vec![plain_fence("a").unwrap(), plain_fence("b").unwrap()],
+        expected,
+        "the plain node holds the clusters' largest fence for each resource"
+    );
+    for r in ["a", "b"] {
+        let guard = patiently(r).await;
+        assert!(guard.token().unwrap().get() > last[r]);
+        guard.release().await;
+    }
+}
