@@ -69,7 +69,8 @@ pub(crate) struct Args {
 #[derive(Debug, ClapArgs)]
 pub(crate) struct Common {
     /// The Redis masters, comma-separated: redis://[user:pass@]host:port[/db],
-    /// rediss:// (with the `tls` feature), unix:///path.
+    /// rediss:// (with the `tls` feature), unix:///path, or a whole Redis
+    /// Cluster as one node: redis+cluster://[user:pass@]host:port.
     #[arg(
         long,
         env = "REDFENCE_NODES",
