@@ -3,10 +3,12 @@
 //! shard keeps what a plain node has (one multiplexed connection, the
 //! identity checks, the restart guard, stalled-node detection).
 //!
-//! - **Routing.** The slot map comes from `CLUSTER SLOTS`, read lazily on
-//!   first use from a known master or a seed. Every key of one resource
-//!   shares a hash tag (`resource::lock_key`), so every script and pipeline
-//!   of ours touches one slot.
+//! - **Routing.** The slot map comes from `CLUSTER SLOTS`, read on first
+//!   use and after redirects or lost connections: from the masters already
+//!   connected, else from every address the last map named and the seeds
+//!   at once ([`Cluster::refresh`]). Every key of one resource shares a
+//!   hash tag (`resource::Layout::Tagged`), so every script and pipeline of
+//!   ours touches one slot.
 //! - **Redirects.** `MOVED` updates the map for that slot and resends to the
 //!   new owner (and refreshes the whole map in the background); `ASK` sends
 //!   `ASKING` and the request to the importing master, once; `TRYAGAIN` and
@@ -15,8 +17,8 @@
 //!   [`MAX_REDIRECTS`] redirects and `MAX_PAUSES` pauses; the caller's node
 //!   timeout bounds them all.
 //! - **Failover.** A master serving slots that the previous map did not
-//!   list as one is taken for a promoted replica: it may lack the last writes of the
-//!   master it replaced, so it counts as a server that started now
+//!   list as one is taken for a promoted replica: it may lack the last
+//!   writes of the master it replaced, so it counts as a server that started now
 //!   (`Server::restarted_now`): out of quorums for the restart guard's
 //!   window, then with fencing its fences raised to the clock seed before
 //!   it votes in fenced requests ([`Cluster::raise_fences`]).
