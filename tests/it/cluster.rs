@@ -64,51 +64,45 @@ fn the_token_checker_sees_a_repeat_and_a_step_back() {
     assert!(first_token_regression(&[(at(0), 5), (at(1), 7), (at(2), 6)]).is_some());
 }
 
-/// Single-node mode on one cluster of 3 masters: locks on every shard,
-/// tokens that increase across holders, waiting woken by a sharded notice
-/// (`SPUBLISH` on the lock's shard, never `PUBLISH`), and the audit of
-/// each master.
-#[tokio::test]
-async fn one_cluster_is_one_node_with_locks_tokens_and_notices() {
-    let cluster = RedisCluster::start(3, 0);
-    let client = cluster_client(cluster.seed_url());
-    assert_eq!(client.nodes(), 1);
-    assert_eq!(client.quorum(), 1);
+/// The story of one cluster of 3 masters as the single node, with the
+/// clients `client` makes (plain here, TLS in `tls.rs`): locks on every
+/// shard, tokens that increase across three clients' successive holders,
+/// a waiter woken by the sharded release notice (`SPUBLISH` on the lock's
+/// shard, never a cluster-wide `PUBLISH`), and the audit of each master.
+pub(crate) async fn one_cluster_story(cluster: &RedisCluster, client: impl Fn() -> Client) {
+    let masters = cluster.master_ports();
+    let held = || -> Vec<usize> {
+        masters
+            .iter()
+            .map(|&p| cluster.server(p).count_keys(LOCK_KEYS))
+            .collect()
+    };
+    let clients: Vec<Client> = (0..3).map(|_| client()).collect();
+    assert_eq!((clients[0].nodes(), clients[0].quorum()), (1, 1));
 
     // Resources spread over the shards: every master holds some.
     let mut guards = Vec::new();
     for i in 0..30 {
         guards.push(
-            client
+            clients[0]
                 .acquire(&format!("spread:{i}"), secs(10))
                 .await
                 .unwrap(),
         );
     }
-    let held: Vec<usize> = cluster
-        .master_ports()
-        .iter()
-        .map(|&p| cluster.server(p).count_keys(LOCK_KEYS))
-        .collect();
-    assert_eq!(held.iter().sum::<usize>(), 30, "{held:?}");
+    let on_masters = held();
+    assert_eq!(on_masters.iter().sum::<usize>(), 30, "{on_masters:?}");
     assert!(
-        held.iter().all(|&n| n > 0),
-        "a shard holds no lock: {held:?}"
+        on_masters.iter().all(|&n| n > 0),
+        "a shard holds no lock: {on_masters:?}"
     );
     for guard in guards {
-        assert!(guard.release().await.confirmed == 1);
+        let released = guard.release().await;
+        assert_eq!(released.confirmed, 1, "{released:?}");
     }
-    assert_eq!(
-        cluster
-            .master_ports()
-            .iter()
-            .map(|&p| cluster.server(p).count_keys(LOCK_KEYS))
-            .sum::<usize>(),
-        0
-    );
+    assert_eq!(held(), vec![0; masters.len()]);
 
     // Tokens increase across successive holders, from three clients.
-    let clients: Vec<Client> = (0..3).map(|_| cluster_client(cluster.seed_url())).collect();
     let mut last = 0;
     for round in 0..9 {
         let guard = clients[round % 3]
@@ -123,16 +117,19 @@ async fn one_cluster_is_one_node_with_locks_tokens_and_notices() {
 
     // A waiter on another client is woken by the release notice: its
     // retry policy alone would wait 10 s.
-    let home = owner(&cluster, &client, "orders:42");
-    let guard = client.acquire("orders:42", secs(30)).await.unwrap();
-    let (second, after, _) = hand_over_by_notice(guard, clients[0].clone()).await;
+    let home = owner(cluster, &clients[0], "orders:42");
+    let guard = clients[0].acquire("orders:42", secs(30)).await.unwrap();
+    let first = guard.token().unwrap();
+    let (second, after, released) = hand_over_by_notice(guard, clients[1].clone()).await;
+    assert_eq!(released.confirmed, 1, "{released:?}");
     assert!(after < secs(5), "woken {after:?} after the release");
+    assert!(second.token().unwrap() > first);
     second.release().await;
     assert!(
         calls(cluster.server(home), "spublish") > 0,
-        "no sharded notice"
+        "no sharded notice on {home}"
     );
-    for port in cluster.master_ports() {
+    for &port in &masters {
         assert_eq!(
             calls(cluster.server(port), "publish"),
             0,
@@ -141,21 +138,30 @@ async fn one_cluster_is_one_node_with_locks_tokens_and_notices() {
     }
 
     // The audit visits every master of the one node.
-    let audit = client.audit().await;
-    assert_eq!(audit.nodes.len(), 3, "{audit}");
+    let audit = tokio::time::timeout(secs(30), clients[0].audit())
+        .await
+        .expect("the audit within 30 s");
     assert!(
         audit
             .to_string()
             .starts_with("audit of 1 node (3 servers):"),
         "{audit}"
     );
-    for port in cluster.master_ports() {
+    assert!(audit.nodes.iter().all(|n| n.reachable), "{audit}");
+    for port in &masters {
         let shown = format!("master 127.0.0.1:{port}");
         assert!(
             audit.nodes.iter().any(|n| n.addr.contains(&shown)),
             "{audit}"
         );
     }
+}
+
+/// Single-node mode on one cluster of 3 masters (see [`one_cluster_story`]).
+#[tokio::test]
+async fn one_cluster_is_one_node_with_locks_tokens_and_notices() {
+    let cluster = RedisCluster::start(3, 0);
+    one_cluster_story(&cluster, || cluster_client(cluster.seed_url())).await;
 }
 
 /// Redlock over three clusters, each one vote: a lock is held on each,

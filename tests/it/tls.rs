@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use redfence::{Client, ConfigError, Error, FencedStore, NodeErrorKind, RestartGuard, Retry, Tls};
 
-use crate::helpers::{calls, eventually, hand_over_by_notice, ms, report, secs, LOCK_KEYS};
+use crate::helpers::{eventually, hand_over_by_notice, ms, report, secs, LOCK_KEYS};
 use crate::support::certs::{certs, Identity};
 use crate::support::cluster::RedisCluster;
 use crate::support::{RedisServer, ServerOptions, ServerTls};
@@ -426,80 +426,7 @@ async fn a_tls_redis_cluster_is_one_node() {
             .build()
             .unwrap()
     };
-    let client = cluster_client();
-    assert_eq!((client.nodes(), client.quorum()), (1, 1));
-    let held = |cluster: &RedisCluster| -> Vec<usize> {
-        masters
-            .iter()
-            .map(|&p| cluster.server(p).count_keys(LOCK_KEYS))
-            .collect()
-    };
-
-    // Resources spread over the shards: every master holds some.
-    let mut guards = Vec::new();
-    for i in 0..20 {
-        guards.push(
-            client
-                .acquire(&format!("spread:{i}"), secs(10))
-                .await
-                .unwrap(),
-        );
-    }
-    let on_masters = held(&cluster);
-    assert_eq!(on_masters.iter().sum::<usize>(), 20, "{on_masters:?}");
-    assert!(
-        on_masters.iter().all(|&n| n > 0),
-        "a shard holds no lock: {on_masters:?}"
-    );
-    for guard in guards {
-        let released = guard.release().await;
-        assert_eq!(released.confirmed, 1, "{released:?}");
-    }
-    assert_eq!(held(&cluster), vec![0; 3]);
-
-    // Tokens increase across successive holders, from three clients.
-    let clients: Vec<Client> = (0..3).map(|_| cluster_client()).collect();
-    let mut last = 0;
-    for round in 0..9 {
-        let guard = clients[round % 3]
-            .acquire("orders:42", secs(5))
-            .await
-            .unwrap();
-        let token = guard.token().unwrap().get();
-        assert!(token > last, "token {token} after {last}");
-        last = token;
-        guard.release().await;
-    }
-
-    // A waiter on another client is woken by the release notice on the
-    // lock's shard: its retry policy alone would wait 10 s.
-    let home = cluster.owner_of_slot(RedisCluster::slot_of(&client.fence_key("orders:42")));
-    let guard = client.acquire("orders:42", secs(30)).await.unwrap();
-    let first = guard.token().unwrap();
-    let (second, after, released) = hand_over_by_notice(guard, clients[1].clone()).await;
-    assert_eq!(released.confirmed, 1, "{released:?}");
-    assert!(after < secs(5), "woken {after:?} after the release");
-    assert!(second.token().unwrap() > first);
-    second.release().await;
-    assert!(
-        calls(cluster.server(home), "spublish") > 0,
-        "no sharded notice on {home}"
-    );
-    assert!(eventually(secs(2), || held(&cluster) == vec![0; 3]).await);
-
-    // The audit visits every master of the one node, over TLS.
-    let audit = tokio::time::timeout(secs(30), client.audit())
-        .await
-        .expect("the audit within 30 s");
-    assert_eq!(audit.nodes.len(), 3, "{audit}");
-    assert!(audit.nodes.iter().all(|n| n.reachable), "{audit}");
-    for port in &masters {
-        let shown = format!("127.0.0.1:{port}");
-        assert!(
-            audit.nodes.iter().any(|n| n.addr.contains(&shown)),
-            "{audit}"
-        );
-    }
+    crate::cluster::one_cluster_story(&cluster, cluster_client).await;
     eprintln!(
         "a_tls_redis_cluster_is_one_node took {:?}",
         started.elapsed()

@@ -47,7 +47,7 @@ use std::net::{Ipv4Addr, SocketAddr, TcpStream};
 use std::os::unix::net::UnixStream;
 use std::panic::{self, AssertUnwindSafe};
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock, PoisonError};
 use std::thread;
@@ -80,21 +80,8 @@ const BUS_PORT_ATTEMPTS: usize = 3;
 /// Like [`super::server::redis_server_bin`], missing means fail, never skip.
 pub fn redis_cli_bin() -> String {
     static BIN: OnceLock<String> = OnceLock::new();
-    BIN.get_or_init(|| {
-        let bin = std::env::var("REDIS_CLI_BIN").unwrap_or_else(|_| "redis-cli".to_owned());
-        let works = Command::new(&bin)
-            .arg("--version")
-            .stdin(Stdio::null())
-            .output()
-            .is_ok_and(|out| out.status.success());
-        assert!(
-            works,
-            "redis-cli not found: install it (Debian: apt-get install redis-tools) \
-             or set REDIS_CLI_BIN (tried {bin:?})"
-        );
-        bin
-    })
-    .clone()
+    BIN.get_or_init(|| process::checked_bin("REDIS_CLI_BIN", "redis-cli", "redis-tools"))
+        .clone()
 }
 
 /// CRC16-CCITT (XMODEM: polynomial 0x1021, initial value 0, no reflection),
@@ -318,35 +305,7 @@ impl RedisCluster {
             "cluster of {masters} masters x {replicas_per_master} replicas (ports {ports:?}) \
              to be ok, fully joined and agreed on all slots{tls_hint}"
         );
-        wait_until(&what, || {
-            let view = consistency(&ports)?;
-            if view.live.len() != total {
-                return Err(format!("only {:?} answer", view.live));
-            }
-            for &port in &ports {
-                let nodes = cluster_nodes(port).map_err(|e| format!("{port}: {e}"))?;
-                if nodes.len() != total {
-                    return Err(format!("{port} knows {} of {total} nodes", nodes.len()));
-                }
-                if let Some(n) = nodes.iter().find(|n| {
-                    n.port == 0
-                        || !n.connected
-                        || ["handshake", "noaddr", "fail", "fail?"]
-                            .iter()
-                            .any(|f| n.has_flag(f))
-                }) {
-                    return Err(format!("{port} sees {n:?}"));
-                }
-                let owners = nodes.iter().filter(|n| !n.slots.is_empty()).count();
-                let replicas = nodes.iter().filter(|n| n.is_replica()).count();
-                if owners != masters || replicas != total - masters {
-                    return Err(format!(
-                        "{port} sees {owners} masters with slots and {replicas} replicas"
-                    ));
-                }
-            }
-            Ok(())
-        });
+        wait_joined(&what, &ports, masters, total);
         cluster
     }
 
@@ -390,30 +349,7 @@ impl RedisCluster {
             "hand-joined cluster of {masters} masters (ports {ports:?}) to be ok, fully \
              joined and agreed on all slots"
         );
-        wait_until(&what, || {
-            let view = consistency(&ports)?;
-            if view.live.len() != masters {
-                return Err(format!("only {:?} answer", view.live));
-            }
-            for &port in &ports {
-                let nodes = cluster_nodes(port).map_err(|e| format!("{port}: {e}"))?;
-                if nodes.len() != masters {
-                    return Err(format!("{port} knows {} of {masters} nodes", nodes.len()));
-                }
-                if let Some(n) = nodes.iter().find(|n| {
-                    n.port == 0
-                        || !n.connected
-                        || !n.is_master()
-                        || n.slots.is_empty()
-                        || ["handshake", "noaddr", "fail", "fail?"]
-                            .iter()
-                            .any(|f| n.has_flag(f))
-                }) {
-                    return Err(format!("{port} sees {n:?}"));
-                }
-            }
-            Ok(())
-        });
+        wait_joined(&what, &ports, masters, masters);
         cluster
     }
 
@@ -1092,6 +1028,42 @@ fn field<'a>(info: &'a str, name: &str) -> Option<&'a str> {
 
 /// Polls `check` every 50 ms for 30 s at most; panics naming `what` and the
 /// last error.
+/// Waits until the `total` nodes on `ports` all answer, each knows all of
+/// them (connected, none failed or mid-handshake), `masters` of them own
+/// slots and the rest are replicas, and they agree on the slots
+/// ([`consistency`]).
+fn wait_joined(what: &str, ports: &[u16], masters: usize, total: usize) {
+    wait_until(what, || {
+        let view = consistency(ports)?;
+        if view.live.len() != total {
+            return Err(format!("only {:?} answer", view.live));
+        }
+        for &port in ports {
+            let nodes = cluster_nodes(port).map_err(|e| format!("{port}: {e}"))?;
+            if nodes.len() != total {
+                return Err(format!("{port} knows {} of {total} nodes", nodes.len()));
+            }
+            if let Some(n) = nodes.iter().find(|n| {
+                n.port == 0
+                    || !n.connected
+                    || ["handshake", "noaddr", "fail", "fail?"]
+                        .iter()
+                        .any(|f| n.has_flag(f))
+            }) {
+                return Err(format!("{port} sees {n:?}"));
+            }
+            let owners = nodes.iter().filter(|n| !n.slots.is_empty()).count();
+            let replicas = nodes.iter().filter(|n| n.is_replica()).count();
+            if owners != masters || replicas != total - masters {
+                return Err(format!(
+                    "{port} sees {owners} masters with slots and {replicas} replicas"
+                ));
+            }
+        }
+        Ok(())
+    });
+}
+
 fn wait_until<T>(what: &str, mut check: impl FnMut() -> Result<T, String>) -> T {
     let start = Instant::now();
     loop {

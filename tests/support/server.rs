@@ -29,7 +29,7 @@ use std::io::{self, BufRead, BufReader, Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpStream};
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::OnceLock;
 use std::thread;
 use std::time::{Duration, Instant};
@@ -53,21 +53,8 @@ const RESTART_PORT_WAIT: Duration = Duration::from_secs(3);
 /// process because `--version` costs a fork per server otherwise.
 pub fn redis_server_bin() -> String {
     static BIN: OnceLock<String> = OnceLock::new();
-    BIN.get_or_init(|| {
-        let bin = std::env::var("REDIS_SERVER_BIN").unwrap_or_else(|_| "redis-server".to_owned());
-        let works = Command::new(&bin)
-            .arg("--version")
-            .stdin(Stdio::null())
-            .output()
-            .is_ok_and(|out| out.status.success());
-        assert!(
-            works,
-            "redis-server not found: install it (Debian: apt-get install redis-server) \
-             or set REDIS_SERVER_BIN (tried {bin:?})"
-        );
-        bin
-    })
-    .clone()
+    BIN.get_or_init(|| process::checked_bin("REDIS_SERVER_BIN", "redis-server", "redis-server"))
+        .clone()
 }
 
 /// How to configure one server. `Default` is a plain, password-less,
