@@ -429,6 +429,61 @@ impl Cluster {
         }
     }
 
+    /// `MGET` of `keys`, which live in many slots: one pipeline of `GET`s
+    /// per master (by the current map), all at once, the replies put back
+    /// in the order of `keys`. A key whose slot moved since the map was
+    /// read fails its pipeline (the caller's read fails; the map is read
+    /// again on the redirect).
+    pub(crate) async fn mget(
+        &self,
+        keys: &[Vec<u8>],
+        settled: &Settled,
+        vote: Option<Vote>,
+    ) -> Result<Value, NodeErrorKind> {
+        let map = match self.map() {
+            Some(map) => map,
+            None => self.refresh(None).await?,
+        };
+        let mut groups: HashMap<&str, Vec<usize>> = HashMap::new();
+        for (i, key) in keys.iter().enumerate() {
+            let slot = key_slot(key);
+            let master = map
+                .master_of(slot)
+                .ok_or_else(|| NodeErrorKind::ClusterTopology {
+                    reason: format!("no master serves hash slot {slot}"),
+                })?;
+            groups.entry(master).or_default().push(i);
+        }
+        let pipes: Vec<(Vec<usize>, Pipeline)> = groups
+            .into_values()
+            .map(|indexes| {
+                let mut pipe = redis::pipe();
+                for &i in &indexes {
+                    pipe.cmd("GET").arg(&keys[i]);
+                }
+                (indexes, pipe)
+            })
+            .collect();
+        let replies = futures::future::join_all(
+            pipes
+                .iter()
+                .map(|(_, pipe)| self.run(Routed::Pipe(pipe), settled, false, vote)),
+        )
+        .await;
+        let mut values = vec![Value::Nil; keys.len()];
+        for ((indexes, _), reply) in pipes.iter().zip(replies) {
+            let Value::Array(items) = reply? else {
+                return Err(NodeErrorKind::ClusterTopology {
+                    reason: "a pipeline of GETs answered with no array".into(),
+                });
+            };
+            for (&i, item) in indexes.iter().zip(items) {
+                values[i] = item;
+            }
+        }
+        Ok(Value::Array(values))
+    }
+
     /// A request that went out at `sent_at` timed out: the shards sent
     /// something since that answered nothing since are stalled.
     pub(crate) fn note_timeout(&self, sent_at: Instant) {

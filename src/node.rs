@@ -121,7 +121,8 @@ impl Node {
     }
 
     /// See [`Server::run_command`]. On a cluster an `MGET` of keys in
-    /// several slots goes as one `GET` per key, each to its slot's master.
+    /// several slots goes as one pipeline of `GET`s per master
+    /// ([`Cluster::mget`]).
     pub(crate) async fn run_command(
         &self,
         cmd: &Cmd,
@@ -130,18 +131,8 @@ impl Node {
     ) -> Result<Value, NodeErrorKind> {
         match &self.kind {
             Kind::Server(s) => s.run_command(cmd, settled, false, vote).await,
-            Kind::Cluster(c) => match split_mget(cmd) {
-                Some(gets) => {
-                    let replies = futures::future::join_all(
-                        gets.iter()
-                            .map(|get| c.run(Routed::Cmd(get), settled, false, vote)),
-                    )
-                    .await;
-                    replies
-                        .into_iter()
-                        .collect::<Result<_, _>>()
-                        .map(Value::Array)
-                }
+            Kind::Cluster(c) => match mget_keys(cmd) {
+                Some(keys) => c.mget(&keys, settled, vote).await,
                 None => c.run(Routed::Cmd(cmd), settled, false, vote).await,
             },
         }
@@ -198,25 +189,21 @@ impl Node {
     }
 }
 
-/// `MGET k1 k2 …` as `GET k1`, `GET k2`, …; `None` for any other command
-/// or an `MGET` of one key.
-fn split_mget(cmd: &Cmd) -> Option<Vec<Cmd>> {
+/// The keys of `MGET k1 k2 …`; `None` for any other command or an `MGET`
+/// of one key (one slot: it goes as it is).
+fn mget_keys(cmd: &Cmd) -> Option<Vec<Vec<u8>>> {
     let mut args = cmd.args_iter();
     match args.next() {
         Some(redis::Arg::Simple(name)) if name.eq_ignore_ascii_case(b"MGET") => {}
         _ => return None,
     }
-    let gets: Vec<Cmd> = args
+    let keys: Vec<Vec<u8>> = args
         .filter_map(|arg| match arg {
-            redis::Arg::Simple(key) => {
-                let mut get = redis::cmd("GET");
-                get.arg(key);
-                Some(get)
-            }
+            redis::Arg::Simple(key) => Some(key.to_vec()),
             _ => None,
         })
         .collect();
-    (gets.len() > 1).then_some(gets)
+    (keys.len() > 1).then_some(keys)
 }
 
 #[cfg(test)]
@@ -224,18 +211,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn mgets_split_into_gets() {
+    fn mget_keys_are_read_from_the_command() {
         let mut mget = redis::cmd("MGET");
         mget.arg("a").arg("b");
-        let gets = split_mget(&mget).unwrap();
-        assert_eq!(gets.len(), 2);
-        assert_eq!(
-            gets[1].get_packed_command(),
-            redis::cmd("GET").arg("b").get_packed_command()
-        );
+        assert_eq!(mget_keys(&mget), Some(vec![b"a".to_vec(), b"b".to_vec()]));
         let mut one = redis::cmd("MGET");
         one.arg("a");
-        assert!(split_mget(&one).is_none());
-        assert!(split_mget(redis::cmd("GET").arg("a")).is_none());
+        assert!(mget_keys(&one).is_none());
+        assert!(mget_keys(redis::cmd("GET").arg("a")).is_none());
     }
 }

@@ -733,22 +733,26 @@ async fn a_paused_master_stalls_only_its_own_slots() {
 }
 
 /// A plain node restarted empty next to two clusters gets its fences back
-/// from them (the restart guard's re-seed reads each bucket's fence from a
-/// cluster by one `GET` per key, each to its slot's master), and the
-/// clusters' own masters, young when the client first saw them, have their
-/// fences raised before they vote in fenced requests: tokens keep
-/// increasing throughout.
+/// from them: the restart guard's re-seed reads each bucket's fence from a
+/// cluster by one pipeline of `GET`s per master, and copies the largest.
+/// The servers are older than the window when the client first sees them,
+/// so every cluster master counts as a source (a master young at first
+/// sight that no fenced vote has raised yet would not: the copy would then
+/// be raised to the clock seed, which is safe but not what this checks).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_plain_node_restarted_next_to_clusters_is_reseeded_from_them() {
     let mut plain = RedisServer::start();
     let clusters: Vec<RedisCluster> = (0..2).map(|_| RedisCluster::start(3, 0)).collect();
+    let window = ms(1500);
+    // Reported uptimes are whole seconds, taken as up to 1 s more.
+    tokio::time::sleep(window + secs(2)).await;
     let client = Client::builder([
         NodeSpec::from(plain.url()),
         NodeSpec::from(clusters[0].seed_url()),
         NodeSpec::from(clusters[1].seed_url()),
     ])
     .node_timeout(ms(500))
-    .restart_guard(RestartGuard::new().with_window(ms(1500)))
+    .restart_guard(RestartGuard::new().with_window(window))
     .build()
     .unwrap();
     let patiently = |r: &'static str| {
