@@ -4,8 +4,11 @@
 //!
 //! `cargo bench --bench hot` starts 5 lock nodes and a data node. Every
 //! task loops: acquire (fenced, the default), a `GET` and a `SET` on the
-//! data node inside the lock, release. Measured per row, in the window
-//! only (`REDFENCE_BENCH_SECS`, default 3 s, after 0.5 s of warm-up):
+//! data node inside the lock, release. Each shape is measured right after
+//! its own 1 × 1 row (one task back to back), the base of its ratios; one
+//! unreported 1 × 1 row warms the servers up first. Measured per row, in
+//! the window only (`REDFENCE_BENCH_SECS`, default 3 s, after 0.5 s of
+//! warm-up):
 //! - acquisitions per second, and ÷ the 1 × 1 row (target ≥ 0.9×);
 //! - Redis commands per acquisition over the 5 lock nodes, from
 //!   `INFO commandstats` (every command counted, including those a script
@@ -18,10 +21,21 @@
 //!   queue in either order); the share of grants that overtook anyone, and
 //!   the most waiters one grant overtook;
 //! - each acquisition's wait, p50 and p99, against the queue's bound: the
-//!   waiters ahead (K × T − 1) × the mean handoff (1 ÷ acquisitions/s).
+//!   waiters ahead (K × T − 1) × the mean handoff (1 ÷ acquisitions/s);
+//! - CPU per acquisition (this process, and the six `redis-server`s), and
+//!   the `redis-server`s' `read` + `write` system calls per acquisition:
+//!   the messages they took in and sent.
+//!
+//! The last row, `1 x 1 (+31 idle)`, is one task back to back beside 31
+//! built and warmed clients that send nothing: the control that tells
+//! the cost of handing the lock to another client from the cost of many
+//! clients in one process.
 //!
 //! Mutual exclusion is checked in every row (an overlap exits 1).
-//! `REDFENCE_BENCH_ROWS=smoke` runs three small rows (CI).
+//! `REDFENCE_BENCH_ROWS=smoke` runs two small shapes (CI);
+//! `REDFENCE_BENCH_ROWS=32x2,1x1+31` runs the shapes listed (clients x
+//! tasks, + idle clients), and `REDFENCE_BENCH_FAIR=only` leaves out the
+//! rows without the queue.
 
 #[path = "common/mod.rs"]
 mod common;
@@ -45,7 +59,11 @@ const WARM: Duration = Duration::from_millis(500);
 const SAME_ARRIVAL: Duration = Duration::from_millis(2);
 
 struct Row {
+    /// The row of the 1 x 1 reference this row's ratios are to.
+    base: usize,
     clients: usize,
+    /// Clients built and warmed beside the working ones, sending nothing.
+    idle: usize,
     tasks: usize,
     fair: bool,
     secs: f64,
@@ -62,6 +80,9 @@ struct Row {
     /// and data nodes' `redis-server` processes, in ns.
     client_cpu: u64,
     redis_cpu: u64,
+    /// The Redis processes' `read` + `write` system calls in the window:
+    /// the messages they took in and sent.
+    redis_io: u64,
 }
 
 impl Row {
@@ -88,15 +109,38 @@ fn main() {
     let urls: Vec<String> = nodes.iter().map(RedisServer::url).collect();
     let rt = common::runtime();
     let started = Instant::now();
-    let shapes: &[(usize, usize)] = if smoke {
-        &[(2, 4), (8, 4)]
-    } else {
-        &[(2, 4), (2, 250), (8, 4), (8, 125), (32, 2), (32, 31)]
+    let shapes: Vec<(usize, usize, usize)> = match std::env::var("REDFENCE_BENCH_ROWS") {
+        _ if smoke => vec![(2, 4, 0), (8, 4, 0)],
+        Ok(list) if !list.is_empty() => parse_shapes(&list),
+        _ => vec![
+            (2, 1, 0),
+            (2, 4, 0),
+            (2, 250, 0),
+            (8, 4, 0),
+            (8, 125, 0),
+            (32, 2, 0),
+            (32, 31, 0),
+            (1, 1, 31),
+        ],
     };
-    let mut rows = vec![rt.block_on(contend(&nodes, &urls, &data, 1, 1, true, secs))];
-    for &(k, t) in shapes {
-        for fair in [true, false] {
-            rows.push(rt.block_on(contend(&nodes, &urls, &data, k, t, fair, secs)));
+    let both = std::env::var("REDFENCE_BENCH_FAIR").map_or(true, |f| f != "only");
+    let one = |rt: &tokio::runtime::Runtime, secs| {
+        rt.block_on(contend(&nodes, &urls, &data, (1, 0), 1, true, secs))
+    };
+    // Fresh servers and a cold process run the first row slower (up to a
+    // third in a run of 2026-12-02): a warm-up row, not reported.
+    let _ = one(&rt, secs.min(1.0));
+    // Each shape is measured right after its own 1 x 1 reference, the
+    // base of its ratios: the machine's drift over the run stays out.
+    let mut rows = Vec::new();
+    for &(k, t, idle) in &shapes {
+        let base = rows.len();
+        rows.push(one(&rt, secs));
+        let classic = both && idle == 0;
+        for fair in [true, false].into_iter().filter(|f| *f || classic) {
+            let mut row = rt.block_on(contend(&nodes, &urls, &data, (k, idle), t, fair, secs));
+            row.base = base;
+            rows.push(row);
         }
     }
     drop(rt);
@@ -113,6 +157,21 @@ fn main() {
     }
 }
 
+/// `REDFENCE_BENCH_ROWS=32x2,8x4,1x1+31`: the shapes to run (clients x
+/// tasks, + idle clients).
+fn parse_shapes(list: &str) -> Vec<(usize, usize, usize)> {
+    let shape = |s: &str| {
+        let (k, rest) = s.trim().split_once('x')?;
+        let (t, idle) = rest.split_once('+').unwrap_or((rest, "0"));
+        Some((k.parse().ok()?, t.parse().ok()?, idle.parse().ok()?))
+    };
+    let shapes: Option<Vec<_>> = list.split(',').map(shape).collect();
+    shapes.unwrap_or_else(|| {
+        eprintln!("REDFENCE_BENCH_ROWS={list}: expected `smoke` or shapes like `32x2,8x4,1x1+31`");
+        std::process::exit(2);
+    })
+}
+
 /// Waiters that called `acquire` and have not got it, by arrival.
 type Waiting = Arc<Mutex<BTreeSet<(Instant, usize)>>>;
 
@@ -121,12 +180,12 @@ async fn contend(
     nodes: &[RedisServer],
     urls: &[String],
     data: &RedisServer,
-    clients: usize,
+    (clients, idle): (usize, usize),
     tasks: usize,
     fair: bool,
     secs: f64,
 ) -> Row {
-    let clients_v: Vec<Client> = (0..clients)
+    let clients_v: Vec<Client> = (0..clients + idle)
         .map(|_| {
             common::bench_builder(urls)
                 .fair(fair)
@@ -134,9 +193,10 @@ async fn contend(
                 .expect("client")
         })
         .collect();
+    let resource = format!("hot-{clients}x{tasks}+{idle}-{fair}");
     for client in &clients_v {
-        for _ in 0..3 {
-            let g = client.acquire("warm", TTL).await.expect("warm-up");
+        for warm in ["warm", "warm", "warm"] {
+            let g = client.acquire(warm, TTL).await.expect("warm-up");
             g.release().await;
         }
     }
@@ -145,7 +205,6 @@ async fn contend(
         .get_multiplexed_async_connection()
         .await
         .expect("data node");
-    let resource = format!("hot-{clients}x{tasks}-{fair}");
     let inside = Arc::new(AtomicBool::new(false));
     let overlaps = Arc::new(AtomicU64::new(0));
     let errors = Arc::new(AtomicU64::new(0));
@@ -233,7 +292,8 @@ async fn contend(
         .map(|p| p.to_string())
         .collect();
     let redis_cpu = || -> u64 { pids.iter().filter_map(|p| common::proc_cpu_ns(p)).sum() };
-    let (client_before, redis_before) = (common::self_cpu_ns(), redis_cpu());
+    let redis_io = || -> u64 { pids.iter().filter_map(|p| common::proc_syscalls(p)).sum() };
+    let (client_before, redis_before, io_before) = (common::self_cpu_ns(), redis_cpu(), redis_io());
     measuring.store(true, Ordering::SeqCst);
     let begun = Instant::now();
     tokio::time::sleep(Duration::from_secs_f64(secs)).await;
@@ -241,6 +301,7 @@ async fn contend(
     let span = begun.elapsed().as_secs_f64();
     let client_cpu = common::self_cpu_ns().saturating_sub(client_before);
     let redis_cpu = redis_cpu().saturating_sub(redis_before);
+    let redis_io = redis_io().saturating_sub(io_before);
     let commands: u64 = nodes.iter().map(common::command_calls).sum();
     let attempts: u64 = clients_v
         .iter()
@@ -255,7 +316,9 @@ async fn contend(
     let mut waits = std::mem::take(&mut *waits.lock().unwrap());
     waits.sort();
     Row {
+        base: usize::MAX,
         clients,
+        idle,
         tasks,
         fair,
         secs: span,
@@ -270,6 +333,7 @@ async fn contend(
         errors: errors.load(Ordering::Relaxed),
         client_cpu,
         redis_cpu,
+        redis_io,
     }
 }
 
@@ -291,24 +355,27 @@ fn pct(sorted: &[Duration], p: f64) -> Duration {
 }
 
 fn report(rows: &[Row], secs: f64) {
-    let base = &rows[0];
-    let (base_rate, base_cmds) = (base.rate(), base.per_acq(base.commands));
     println!(
         "\nOne hot lock: K clients x T tasks, each acquire + GET + SET on a data node + release; \
          5 lock nodes, fenced, {secs:.1} s windows. Ratios are to the 1 x 1 row \
-         (one task back to back) of this run."
+         (one task back to back) measured just before each shape."
     );
     println!(
-        "\n| clients x tasks | queue | acq/s | / 1x1 | cmds/acq | / 1x1 | attempts/acq | Jain (clients) | grants that overtook | most overtaken | wait p50 ms | p99 ms | bound ms | CPU us/acq client + Redis | cores busy | overlaps |"
+        "\n| clients x tasks | queue | acq/s | / 1x1 | cmds/acq | / 1x1 | attempts/acq | Jain (clients) | grants that overtook | most overtaken | wait p50 ms | p99 ms | bound ms | CPU us/acq client + Redis | Redis reads + writes /acq | cores busy | overlaps |"
     );
-    println!("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
-    for r in rows {
+    println!(
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+    );
+    for (i, r) in rows.iter().enumerate() {
+        let base = rows.get(r.base).unwrap_or(&rows[i]);
+        let (base_rate, base_cmds) = (base.rate(), base.per_acq(base.commands));
         let ahead = (r.clients * r.tasks).saturating_sub(1) as f64;
         let bound = ahead / r.rate().max(1e-9) * 1000.0;
         println!(
-            "| {} x {} | {} | {:.0} | {:.2}x | {:.1} | {:.2}x | {:.2} | {:.3} | {:.1} % | {} | {:.2} | {:.2} | {:.1} | {:.0} + {:.0} | {:.2} | {} |",
+            "| {} x {}{} | {} | {:.0} | {:.2}x | {:.1} | {:.2}x | {:.2} | {:.3} | {:.1} % | {} | {:.2} | {:.2} | {:.1} | {:.0} + {:.0} | {:.1} | {:.2} | {} |",
             r.clients,
             r.tasks,
+            if r.idle > 0 { format!(" (+{} idle)", r.idle) } else { String::new() },
             if r.fair { "fair" } else { "off" },
             r.rate(),
             r.rate() / base_rate,
@@ -323,6 +390,7 @@ fn report(rows: &[Row], secs: f64) {
             bound,
             r.per_acq(r.client_cpu) / 1e3,
             r.per_acq(r.redis_cpu) / 1e3,
+            r.per_acq(r.redis_io),
             (r.client_cpu + r.redis_cpu) as f64 / 1e9 / r.secs,
             r.overlaps,
         );

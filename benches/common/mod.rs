@@ -735,6 +735,20 @@ pub fn proc_cpu_ns(pid: &str) -> Option<u64> {
     })
 }
 
+/// A process's `read` and `write` system calls so far (`syscr` + `syscw`
+/// of `/proc/<pid>/io`). For `redis-server`, which reads and writes its
+/// sockets with `read`/`write`/`writev`, that is the messages it took in
+/// and sent.
+pub fn proc_syscalls(pid: &str) -> Option<u64> {
+    let io = std::fs::read_to_string(format!("/proc/{pid}/io")).ok()?;
+    let field = |name: &str| -> Option<u64> {
+        io.lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.trim().parse().ok())
+    };
+    Some(field("syscr:")? + field("syscw:")?)
+}
+
 /// utime + stime of a process, in clock ticks.
 pub fn cpu_ticks(pid: &str) -> Option<u64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
