@@ -84,11 +84,10 @@ struct Waiter<'a> {
     retry: &'a Retry,
     deadline: Instant,
     ticket: Arc<str>,
-    /// The ticket may be in the home node's queue (joined, and not popped
-    /// by a release naming it since).
+    /// The ticket may be in the home node's queue: joined, and not taken
+    /// out since. A release that names it leaves it at the head; the
+    /// holder's own release takes it out.
     queued: bool,
-    /// A release named this ticket (popping it) since it last joined.
-    named: bool,
     /// The head seen with the lock free at the last look: skipped at the
     /// next look if still there (its owner let a free turn pass).
     stale: Option<String>,
@@ -97,10 +96,6 @@ struct Waiter<'a> {
     /// (the home's key may be one the quorum has released or never had:
     /// one node's view never keeps the head from trying).
     attempt_on_timer: bool,
-    /// Put back at the front of the queue after its named attempt failed:
-    /// it keeps its own timers even when other waiters of its client
-    /// joined before it.
-    front: bool,
     attempts: u32,
 }
 
@@ -153,17 +148,15 @@ async fn fair_wait(
         deadline: retry.deadline(started),
         ticket,
         queued: false,
-        named: false,
         stale: None,
         attempt_on_timer: false,
-        front: false,
         attempts: 0,
     };
     // A busy resource (this client's tasks wait for it, or the last
     // release named a waiter): join the queue instead of sending an
     // attempt that would fail on every node.
     let mut next = if busy {
-        match queue::join(shared, target, &waiter.ticket, waiter.life()).await {
+        match waiter.join(&place).await {
             Some(look) => {
                 waiter.queued = true;
                 waiter.after_look(&look, &place)
@@ -208,9 +201,10 @@ async fn fair_wait(
             Ok(mut grant) => {
                 leave.ticket = None;
                 if waiter.queued {
-                    // Granted while its ticket is still in the queue (the
-                    // head's look found the lock free): the release takes
-                    // it out.
+                    // Its ticket is still in the queue (at the head when a
+                    // release named it): the release takes it out, and
+                    // until then a waiter that joins finds it there and
+                    // waits to be named instead of attempting.
                     grant.held.ticket = Some(waiter.ticket.clone());
                 }
                 place.acquired(grant.held.expires_at);
@@ -226,18 +220,12 @@ async fn fair_wait(
                     leave.ticket = None;
                     return Ok(Err(waiter.give_up(Some(failure), started)));
                 }
-                // Into the queue, or back to its front when a release
-                // named this ticket and the attempt still failed (the lock
-                // was taken in between): it keeps its turn.
+                // Into the queue. A named waiter whose attempt failed (the
+                // lock was taken in between) is still at its head: it
+                // keeps its turn.
                 let mut from_look = None;
                 if !waiter.queued {
-                    waiter.front = waiter.named;
-                    let look = if waiter.named {
-                        queue::look(shared, target, &waiter.ticket, waiter.life(), None, true).await
-                    } else {
-                        queue::join(shared, target, &waiter.ticket, waiter.life()).await
-                    };
-                    let Some(look) = look else {
+                    let Some(look) = waiter.join(&place).await else {
                         last = Some(failure);
                         next = Next::HomeLost;
                         continue;
@@ -245,7 +233,6 @@ async fn fair_wait(
                     waiter.queued = true;
                     from_look = Some(waiter.after_look(&look, &place));
                 }
-                waiter.named = false;
                 // Never straight back: the attempt just failed, so wait for
                 // a release, the holder's expiry or the fallback pause.
                 let expiry = holder_expiry(&failure, now);
@@ -282,6 +269,23 @@ impl Drop for Leave<'_> {
 }
 
 impl Waiter<'_> {
+    /// Joins the queue. The `PEXPIRE` of the queue key goes along only when
+    /// this client's last one leaves the key less than this waiter needs,
+    /// and then asks for half a TTL more, so that the joins of the
+    /// client's next waiters leave it out (a hot lock's joins are one
+    /// command, not two).
+    async fn join(&self, place: &Place) -> Option<queue::Look> {
+        let now = Instant::now();
+        let need = self.life();
+        let keep = place.kept_until().is_none_or(|until| until < now + need);
+        let life = need.saturating_add(self.target.ttl.duration() / 2);
+        let look = queue::join(self.shared, self.target, &self.ticket, life, keep).await;
+        if keep && look.is_some() {
+            place.kept(now.checked_add(life));
+        }
+        look
+    }
+
     /// How long the queue key should outlive this waiter's look: until its
     /// deadline, plus a TTL.
     fn life(&self) -> Duration {
@@ -336,11 +340,11 @@ impl Waiter<'_> {
     /// client's first waiter, until `at` (look at the queue), or until the
     /// deadline (returns `Wait`).
     async fn wait(&mut self, place: &Place, mut at: Instant) -> Next {
-        let mut first = self.front || place.is_first();
+        let mut first = place.is_first();
         loop {
             if place.take_named() {
-                self.named = true;
-                self.queued = false;
+                // Still queued: the ticket stays at the head until this
+                // waiter's release, or a look skips it.
                 self.stale = None;
                 self.attempt_on_timer = false;
                 return Next::Attempt;
@@ -355,7 +359,7 @@ impl Waiter<'_> {
             if now >= self.deadline {
                 return Next::Wait(self.deadline);
             }
-            let is_first = self.front || place.is_first();
+            let is_first = place.is_first();
             if is_first && !first {
                 // Just became the client's first waiter: its timer starts
                 // now (the one computed when it joined may be long past).
@@ -369,17 +373,19 @@ impl Waiter<'_> {
             }
             if first && now >= at_or_look {
                 place.looked();
+                let life = self.life();
                 let look = queue::look(
                     self.shared,
                     self.target,
                     &self.ticket,
-                    self.life(),
+                    life,
                     self.stale.as_deref(),
-                    false,
                 )
                 .await;
                 match look {
                     Some(look) => {
+                        // The look's `PEXPIRE` set the key's life anew.
+                        place.kept(now.checked_add(life));
                         self.queued = true;
                         match self.after_look(&look, place) {
                             Next::Wait(next) => at = next,

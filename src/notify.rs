@@ -223,6 +223,10 @@ struct Queue {
     /// Since when the queue has had no waiters (it lingers, subscribed,
     /// for [`LINGER`]).
     idle_since: Option<Instant>,
+    /// Until when this client's last join or look asked the home node to
+    /// keep the fair queue's key (`PEXPIRE`): a join whose waiter needs no
+    /// more leaves the `PEXPIRE` out.
+    kept_until: Option<Instant>,
     /// Releases of this client handed straight to its own head since a
     /// release was last heard through Redis (see
     /// [`DEFAULT_LOCAL_HANDOFFS`]).
@@ -688,6 +692,21 @@ impl Place {
         let before = queue.named.len();
         queue.named.retain(|id| *id != self.id);
         queue.named.len() != before
+    }
+
+    /// Until when this client last asked the home node to keep the fair
+    /// queue's key (see [`Queue::kept_until`]).
+    pub(crate) fn kept_until(&self) -> Option<Instant> {
+        self.shared.lock().get(&self.key).and_then(|q| q.kept_until)
+    }
+
+    /// Records a `PEXPIRE` of the fair queue's key sent by this client: the
+    /// key lives until `until`, as far as this client knows (a look's, or
+    /// another client's, may have shortened it; `None` forgets).
+    pub(crate) fn kept(&self, until: Option<Instant>) {
+        if let Some(queue) = self.shared.lock().get_mut(&self.key) {
+            queue.kept_until = until;
+        }
     }
 
     /// When the first waiter should look at the fair queue although no

@@ -7,14 +7,15 @@
 //! waiter falls back to attempting on its own timers: the quorum decides as
 //! always. See DESIGN.md, section 2, "Fair queue".
 
+use std::sync::Arc;
 use std::time::Duration;
 
-use redis::Value;
+use redis::{Cmd, Value};
 
 use crate::node::Settled;
 use crate::protocol::shared::{Shared, Target};
 use crate::resource::notice_channel;
-use crate::wire::commands::{enqueue, lrem};
+use crate::wire::commands::{enqueue, lrem, pexpire, rpush};
 use crate::wire::scripts::QUEUE;
 
 /// What the home node said about the queue and the lock.
@@ -29,54 +30,70 @@ pub(crate) struct Look {
     pub(crate) held_for: Option<Duration>,
 }
 
-/// Appends `ticket` to the queue (`RPUSH`, keeping the queue key alive for
-/// `life`), pipelined: the join of a waiter that arrives at a busy
-/// resource, instead of an attempt bound to fail. Two commands on one
-/// node: the whole cost of waiting, besides the named attempt.
+/// Appends `ticket` to the queue (`RPUSH`): the join of a waiter that
+/// arrives at a busy resource, instead of an attempt bound to fail. With
+/// `keep`, also keeps the queue key alive for `life` (`PEXPIRE`,
+/// pipelined); without, a key the `RPUSH` created (a queue that had
+/// emptied, or a home restarted empty) gets its `PEXPIRE` in the
+/// background. One or two commands on one node: the whole cost of
+/// waiting, besides the named attempt.
 pub(crate) async fn join(
-    shared: &Shared,
+    shared: &Arc<Shared>,
     target: &Target,
     ticket: &str,
     life: Duration,
+    keep: bool,
 ) -> Option<Look> {
     let node = shared.nodes.get(target.home.index)?;
-    let pipe = enqueue(&target.home.queue, ticket, life_ms(life));
-    let reply = bounded(shared, node.run_pipeline(&pipe, &Settled::NEVER, None)).await?;
-    let Value::Array(items) = reply else {
-        return None;
+    let queue = &target.home.queue;
+    let len = if keep {
+        let pipe = enqueue(queue, ticket, life_ms(life));
+        let reply = bounded(shared, node.run_pipeline(&pipe, &Settled::NEVER, None)).await?;
+        match reply {
+            Value::Array(items) => match items.as_slice() {
+                [Value::Int(len), _] => *len,
+                _ => return None,
+            },
+            _ => return None,
+        }
+    } else {
+        let cmd = rpush(queue, ticket);
+        let Value::Int(len) =
+            bounded(shared, node.run_command(&cmd, &Settled::NEVER, None)).await?
+        else {
+            return None;
+        };
+        if len == 1 {
+            in_background(shared, target, pexpire(queue, life_ms(life)));
+        }
+        len
     };
-    match items.as_slice() {
-        // Alone in the queue: most likely the lock is free (or its holder
-        // will name this ticket); behind others, wait to be named.
-        [Value::Int(len), _] => Some(Look {
-            head: *len == 1,
-            head_ticket: None,
-            held_for: (*len == 1).then_some(Duration::ZERO),
-        }),
-        _ => None,
-    }
+    // Alone in the queue: most likely the lock is free (or its holder
+    // will name this ticket); behind others, wait to be named.
+    Some(Look {
+        head: len == 1,
+        head_ticket: None,
+        held_for: (len == 1).then_some(Duration::ZERO),
+    })
 }
 
 /// Looks at the queue: skips `stale` if it is still the head while the
-/// lock is free (its owner let a free turn pass), puts `ticket` back if it
-/// is missing (at the front with `front`: it was named and its attempt
-/// failed), and returns the head and the lock's `PTTL`.
+/// lock is free (its owner let a free turn pass), puts `ticket` back at
+/// the back if it is missing, and returns the head and the lock's `PTTL`.
 pub(crate) async fn look(
     shared: &Shared,
     target: &Target,
     ticket: &str,
     life: Duration,
     stale: Option<&str>,
-    front: bool,
 ) -> Option<Look> {
     let node = shared.nodes.get(target.home.index)?;
     let life = life_ms(life).to_string();
     let channel = notice_channel(&target.key, node.db());
-    let args: [&[u8]; 5] = [
+    let args: [&[u8]; 4] = [
         ticket.as_bytes(),
         life.as_bytes(),
         stale.unwrap_or("").as_bytes(),
-        if front { b"1" } else { b"" },
         channel.as_bytes(),
     ];
     let keys: [&str; 2] = [&target.key, &target.home.queue];
@@ -106,14 +123,19 @@ pub(crate) async fn look(
 
 /// Takes `ticket` out of the queue, in the background: a waiter that gave
 /// up. Best effort: a ticket left behind is skipped when its turn comes.
-pub(crate) fn leave(shared: &std::sync::Arc<Shared>, target: &Target, ticket: &str) {
+pub(crate) fn leave(shared: &Arc<Shared>, target: &Target, ticket: &str) {
+    in_background(shared, target, lrem(&target.home.queue, ticket));
+}
+
+/// Sends `cmd` to the home node without waiting for it, bounded by the
+/// node timeout. Without a tokio runtime it does nothing.
+fn in_background(shared: &Arc<Shared>, target: &Target, cmd: Cmd) {
     let Ok(handle) = tokio::runtime::Handle::try_current() else {
         return;
     };
     let Some(node) = shared.nodes.get(target.home.index).cloned() else {
         return;
     };
-    let cmd = lrem(&target.home.queue, ticket);
     let timeout = shared.config.node_timeout;
     handle.spawn(async move {
         let _ = tokio::time::timeout(timeout, node.run_command(&cmd, &Settled::NEVER, None)).await;

@@ -90,12 +90,12 @@ pub(crate) struct Held {
     /// leftover that never was ours. Shared by every copy of this `Held`.
     pub(crate) ours: Arc<AtomicU64>,
     pub(crate) expires_at: Instant,
-    /// The fair queue of the resource; the home node's release pops its
-    /// head and names it in the notice.
+    /// The fair queue of the resource; the home node's release names its
+    /// head in the notice.
     pub(crate) home: Home,
     /// This acquisition's ticket when it may still be in the fair queue
-    /// (granted without being named by a release): the home node's release
-    /// takes it out.
+    /// (named by a release, which leaves it at the head, or granted after
+    /// a look found the lock free): the home node's release takes it out.
     pub(crate) ticket: Option<Arc<str>>,
 }
 

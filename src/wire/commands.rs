@@ -56,6 +56,21 @@ pub(crate) fn enqueue(queue: &str, ticket: &str, life_ms: u64) -> Pipeline {
     pipe
 }
 
+/// `RPUSH queue ticket`: the fair queue's join when this client's last
+/// `PEXPIRE` of the queue key still covers the waiter.
+pub(crate) fn rpush(queue: &str, ticket: &str) -> Cmd {
+    let mut cmd = redis::cmd("RPUSH");
+    cmd.arg(queue).arg(ticket);
+    cmd
+}
+
+/// `PEXPIRE key ms`.
+pub(crate) fn pexpire(key: &str, ms: u64) -> Cmd {
+    let mut cmd = redis::cmd("PEXPIRE");
+    cmd.arg(key).arg(ms);
+    cmd
+}
+
 /// `LREM queue 1 ticket`: a waiter leaves the fair queue.
 pub(crate) fn lrem(queue: &str, ticket: &str) -> Cmd {
     let mut cmd = redis::cmd("LREM");

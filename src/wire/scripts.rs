@@ -275,12 +275,14 @@ pub(crate) fn lock_scripts() -> [&'static Script; 6] {
 /// retry over that many (`PUBSUB NUMSUB`; nothing is published when nobody
 /// waits). On the resource's home node (the fair queue, `protocol::queue`)
 /// it also takes the holder's own ticket out of the queue when it got the
-/// lock without being named, asks `NUMSUB` about the fair marker channel
-/// (`{channel}/q`) in the same command, and when fair waiters listen pops
-/// the queue's head and publishes `{notice}:{listeners}:{ticket}` on the
+/// lock from the queue, asks `NUMSUB` about the fair marker channel
+/// (`{channel}/q`) in the same command, and when fair waiters listen reads
+/// the queue's head (`LINDEX`: the ticket stays there until its own
+/// holder's release takes it out, so a waiter joining meanwhile is not
+/// alone in the queue) and publishes `{notice}:{listeners}:{ticket}` on the
 /// channel of the ticket's client (`{channel}/{first 8 characters of the
 /// ticket}`, `resource::fair_channels`): that waiter alone attempts next.
-/// On the home node the head is popped and named even when the key there
+/// On the home node the head is named even when the key there
 /// is not the holder's (its acquire never reached the home): the release
 /// of a granted lock always goes to the home (`protocol::release`), so a
 /// queue is never left waiting for a notice that no node would send.
@@ -296,16 +298,15 @@ pub(crate) static RELEASE: LazyLock<Script> =
     LazyLock::new(|| Script::new("release", include_str!("lua/release.lua")));
 
 /// The fair queue's look at the home node, for a waiter whose timer fired
-/// or whose named attempt failed (`protocol::queue`): skips a stale head
+/// (`protocol::queue`): skips a stale head
 /// (the ticket the waiter saw at the head last time, if it is still there
 /// and the lock key is absent: its owner did not take a free turn) and
 /// every other ticket of its client (the first 8 characters of a ticket
 /// name its client; a client whose head lets a free turn pass has most
 /// likely died, and its other waiters put their tickets back at their next
 /// look if not), puts
-/// the waiter's ticket back if it is missing (at the front when it was
-/// named and its attempt failed, else at the back: a queue emptied by a
-/// restart is rebuilt by the waiters' looks), keeps the queue key alive
+/// the waiter's ticket back at the back if it is missing (a queue emptied
+/// by a restart is rebuilt by the waiters' looks), keeps the queue key alive
 /// for the waiter's remaining wait, and returns `{head ticket or nil,
 /// PTTL of the lock key}`. When the lock key is absent and the head is
 /// another client's ticket, it tells that client so (`PUBLISH` of
@@ -314,7 +315,7 @@ pub(crate) static RELEASE: LazyLock<Script> =
 /// a turn it did not know of.
 ///
 /// KEYS: lock key, queue key. ARGV: ticket, queue life ms, stale head or
-/// "", "1" to put the ticket at the front, the key's notice channel.
+/// "", the key's notice channel.
 pub(crate) static QUEUE: LazyLock<Script> =
     LazyLock::new(|| Script::new("queue", include_str!("lua/queue.lua")));
 
@@ -398,14 +399,11 @@ mod tests {
         assert_eq!(ACQUIRE.commands(), ["SET", "INCR", "INCRBY", "PTTL"]);
         assert_eq!(
             RELEASE.commands(),
-            ["GET", "DEL", "PUBSUB|NUMSUB", "PUBLISH", "LREM", "LPOP"]
+            ["GET", "DEL", "PUBSUB|NUMSUB", "PUBLISH", "LREM", "LINDEX"]
         );
         assert_eq!(
             QUEUE.commands(),
-            [
-                "EXISTS", "LINDEX", "LRANGE", "LREM", "LPOS", "LPUSH", "RPUSH", "PEXPIRE",
-                "PUBLISH", "PTTL"
-            ]
+            ["EXISTS", "LINDEX", "LRANGE", "LREM", "LPOS", "RPUSH", "PEXPIRE", "PUBLISH", "PTTL"]
         );
         assert_eq!(EXTEND.commands(), ["GET", "PEXPIRE"]);
         assert_eq!(WRITE_BACK.commands(), ["GET", "SET"]);

@@ -295,6 +295,116 @@ async fn attempts_for_one_round(cluster: &Cluster, resource: &str, fair: bool) -
     (attempts, 32)
 }
 
+/// Two processes taking turns on one lock, one task each: the holder's
+/// ticket stays at the head of the queue until its release, so the other
+/// one's next join finds it there and waits to be named. When the release
+/// popped the named ticket, that join found a list of one, took the lock
+/// for free and attempted in vain: two attempts per acquisition.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_clients_taking_turns_cost_one_attempt_each() {
+    const ROUNDS: u64 = 40;
+    let cluster = Cluster::start(3);
+    let clients: Vec<Client> = (0..2).map(|_| client(&cluster, true)).collect();
+    for c in &clients {
+        warm_up(c, &cluster).await;
+    }
+    let before: u64 = clients.iter().map(|c| c.stats().attempts).sum();
+    let inside = Arc::new(AtomicBool::new(false));
+    let overlaps = Arc::new(AtomicUsize::new(0));
+    let tasks: Vec<_> = clients
+        .iter()
+        .map(|c| {
+            let (c, inside, overlaps) = (c.clone(), inside.clone(), overlaps.clone());
+            tokio::spawn(async move {
+                for _ in 0..ROUNDS {
+                    let guard = c
+                        .lock("turns", secs(30))
+                        .retry(patient())
+                        .acquire()
+                        .await
+                        .expect("every turn is granted");
+                    if inside.swap(true, Ordering::SeqCst) {
+                        overlaps.fetch_add(1, Ordering::SeqCst);
+                    }
+                    tokio::time::sleep(ms(1)).await;
+                    inside.store(false, Ordering::SeqCst);
+                    guard.release().await;
+                }
+            })
+        })
+        .collect();
+    for t in tasks {
+        tokio::time::timeout(secs(120), t)
+            .await
+            .expect("a turn hung")
+            .unwrap();
+    }
+    let attempts = clients.iter().map(|c| c.stats().attempts).sum::<u64>() - before;
+    println!(
+        "2 clients x 1 task, {} acquisitions: {attempts} attempts",
+        2 * ROUNDS
+    );
+    assert_eq!(overlaps.load(Ordering::SeqCst), 0);
+    // Each client's first acquire may attempt before it knows the lock is
+    // busy; a slow named waiter can cost one more now and then.
+    assert!(
+        attempts <= 2 * ROUNDS + 2 + 8,
+        "{attempts} attempts for {} acquisitions",
+        2 * ROUNDS
+    );
+}
+
+/// A client's joins leave the queue key's `PEXPIRE` out while its own last
+/// one still covers the waiter (a hot lock's join is one command), and a
+/// join that finds the key gone (emptied, or the home restarted) gives the
+/// key it creates an expiry in the background: a queue whose waiters all
+/// died still leaves no key behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn joins_keep_the_queue_key_alive_with_one_pexpire() {
+    let cluster = Cluster::start(3);
+    let (h, c) = (client(&cluster, true), client(&cluster, true));
+    warm_up(&h, &cluster).await;
+    warm_up(&c, &cluster).await;
+    let holder = h.acquire("keep", secs(30)).await.unwrap();
+    let wait = |c: &Client| {
+        let c = c.clone();
+        tokio::spawn(async move { c.lock("keep", secs(30)).retry(patient()).acquire().await })
+    };
+    let first = wait(&c);
+    assert!(eventually(secs(10), || queued(&cluster, "keep") == 1).await);
+    let home = &cluster.nodes[home_of(&cluster, "keep").expect("a home node")];
+    let pexpires = || {
+        let stats = home.cli(&["INFO", "commandstats"]);
+        let line = stats.lines().find(|l| l.starts_with("cmdstat_pexpire:"));
+        line.and_then(|l| l.split(['=', ',']).nth(1)?.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    let ttl = || {
+        home.cli(&["PTTL", &queue_key("keep")])
+            .trim()
+            .parse::<i64>()
+            .unwrap_or(-2)
+    };
+    assert!(ttl() > 0, "the first join keeps the key alive");
+    home.cli(&["CONFIG", "RESETSTAT"]);
+    let second = wait(&c);
+    assert!(eventually(secs(10), || queued(&cluster, "keep") == 2).await);
+    assert_eq!(pexpires(), 0, "the second join sent a PEXPIRE");
+    // The key gone with its tickets: the next join's RPUSH creates it.
+    home.cli(&["DEL", &queue_key("keep")]);
+    let third = wait(&c);
+    assert!(eventually(secs(10), || queued(&cluster, "keep") == 1).await);
+    assert!(
+        eventually(secs(5), || ttl() > 0).await,
+        "a queue key created by a join without PEXPIRE has no expiry: {}",
+        ttl()
+    );
+    for task in [first, second, third] {
+        task.abort();
+    }
+    holder.release().await;
+}
+
 /// A waiter that gives up (its future dropped) takes its ticket out of the
 /// queue: the release names the waiter behind it, which gets the lock
 /// promptly although its own timer is 10 s away.

@@ -9,15 +9,11 @@ if ARGV[3] ~= '' and free and redis.call('LINDEX', q, 0) == ARGV[3] then
   end
 end
 if not redis.call('LPOS', q, ARGV[1]) then
-  if ARGV[4] == '1' then
-    redis.call('LPUSH', q, ARGV[1])
-  else
-    redis.call('RPUSH', q, ARGV[1])
-  end
+  redis.call('RPUSH', q, ARGV[1])
 end
 redis.call('PEXPIRE', q, ARGV[2])
 local head = redis.call('LINDEX', q, 0)
 if free and head and string.sub(head, 1, 8) ~= string.sub(ARGV[1], 1, 8) then
-  redis.call('PUBLISH', ARGV[5] .. '/' .. string.sub(head, 1, 8), 'p:0:' .. head)
+  redis.call('PUBLISH', ARGV[4] .. '/' .. string.sub(head, 1, 8), 'p:0:' .. head)
 end
 return {head, redis.call('PTTL', KEYS[1])}

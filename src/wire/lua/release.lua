@@ -21,7 +21,7 @@ if mine and subs[2] > 0 then
 end
 local named = false
 if subs[4] > 0 then
-  local next = redis.call('LPOP', KEYS[2])
+  local next = redis.call('LINDEX', KEYS[2], 0)
   if next then
     redis.call('PUBLISH', ARGV[3] .. '/' .. string.sub(next, 1, 8), ARGV[2] .. ':' .. subs[4] .. ':' .. next)
     named = true
