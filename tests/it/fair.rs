@@ -54,6 +54,14 @@ fn client(cluster: &Cluster, fair: bool) -> Client {
         .unwrap()
 }
 
+/// Two fair clients of `cluster`, warmed up.
+async fn two_fair_clients(cluster: &Cluster) -> (Client, Client) {
+    let (a, b) = (client(cluster, true), client(cluster, true));
+    warm_up(&a, cluster).await;
+    warm_up(&b, cluster).await;
+    (a, b)
+}
+
 /// A policy whose fallback (10 s) is far beyond the handoffs: a waiter
 /// that gets the lock promptly was named by a release, not its timer.
 fn patient() -> Retry {
@@ -260,18 +268,7 @@ async fn attempts_for_one_round(cluster: &Cluster, resource: &str, fair: bool) -
         let c = clients[w % 8].clone();
         let (resource, inside, overlaps) = (resource.to_owned(), inside.clone(), overlaps.clone());
         tasks.push(tokio::spawn(async move {
-            let guard = c
-                .lock(&resource, secs(30))
-                .retry(patient())
-                .acquire()
-                .await
-                .expect("every waiter gets the lock");
-            if inside.swap(true, Ordering::SeqCst) {
-                overlaps.fetch_add(1, Ordering::SeqCst);
-            }
-            tokio::time::sleep(ms(2)).await;
-            inside.store(false, Ordering::SeqCst);
-            guard.release().await;
+            take_turn(&c, &resource, &inside, &overlaps, ms(2)).await;
         }));
     }
     assert!(
@@ -293,6 +290,29 @@ async fn attempts_for_one_round(cluster: &Cluster, resource: &str, fair: bool) -
     assert_eq!(overlaps.load(Ordering::SeqCst), 0);
     let attempts = clients.iter().map(|c| c.stats().attempts).sum::<u64>() - before;
     (attempts, 32)
+}
+
+/// One patient waiting acquire of `resource`, held for `hold`; a holder
+/// that finds `inside` set counts an overlap.
+async fn take_turn(
+    c: &Client,
+    resource: &str,
+    inside: &AtomicBool,
+    overlaps: &AtomicUsize,
+    hold: Duration,
+) {
+    let guard = c
+        .lock(resource, secs(30))
+        .retry(patient())
+        .acquire()
+        .await
+        .expect("every waiter gets the lock");
+    if inside.swap(true, Ordering::SeqCst) {
+        overlaps.fetch_add(1, Ordering::SeqCst);
+    }
+    tokio::time::sleep(hold).await;
+    inside.store(false, Ordering::SeqCst);
+    guard.release().await;
 }
 
 /// Two processes taking turns on one lock, one task each: the holder's
@@ -317,18 +337,7 @@ async fn two_clients_taking_turns_cost_one_attempt_each() {
             let (c, inside, overlaps) = (c.clone(), inside.clone(), overlaps.clone());
             tokio::spawn(async move {
                 for _ in 0..ROUNDS {
-                    let guard = c
-                        .lock("turns", secs(30))
-                        .retry(patient())
-                        .acquire()
-                        .await
-                        .expect("every turn is granted");
-                    if inside.swap(true, Ordering::SeqCst) {
-                        overlaps.fetch_add(1, Ordering::SeqCst);
-                    }
-                    tokio::time::sleep(ms(1)).await;
-                    inside.store(false, Ordering::SeqCst);
-                    guard.release().await;
+                    take_turn(&c, "turns", &inside, &overlaps, ms(1)).await;
                 }
             })
         })
@@ -362,9 +371,7 @@ async fn two_clients_taking_turns_cost_one_attempt_each() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn joins_keep_the_queue_key_alive_with_one_pexpire() {
     let cluster = Cluster::start(3);
-    let (h, c) = (client(&cluster, true), client(&cluster, true));
-    warm_up(&h, &cluster).await;
-    warm_up(&c, &cluster).await;
+    let (h, c) = two_fair_clients(&cluster).await;
     let holder = h.acquire("keep", secs(30)).await.unwrap();
     let wait = |c: &Client| {
         let c = c.clone();
@@ -411,9 +418,7 @@ async fn joins_keep_the_queue_key_alive_with_one_pexpire() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cancelled_waiter_leaves_the_queue() {
     let cluster = Cluster::start(3);
-    let (a, b) = (client(&cluster, true), client(&cluster, true));
-    warm_up(&a, &cluster).await;
-    warm_up(&b, &cluster).await;
+    let (a, b) = two_fair_clients(&cluster).await;
     let holder = a.acquire("leave", secs(30)).await.unwrap();
     let first = tokio::spawn({
         let a = a.clone();
