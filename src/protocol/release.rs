@@ -114,8 +114,9 @@ fn start_release(shared: &Shared, held: &Held, notice_id: String) -> FanOut<()> 
     ));
     // The home node's release also tends the fair queue: it takes out this
     // holder's ticket if it is still there and names the next waiter's
-    // (the new head, left in place until that holder's release). Only a granted lock's release does: a failed
-    // attempt's cleanup frees nothing that waiters are owed.
+    // (the new head, left in place until that holder's release). Only a
+    // granted lock's release does: a failed attempt's cleanup frees
+    // nothing that waiters are owed.
     let home = held.granted.then(|| {
         let ticket = held.ticket.as_deref().unwrap_or("");
         let db = shared.nodes.get(held.home.index).map_or(db0, |n| n.db());
