@@ -140,16 +140,22 @@ pub async fn warm_client(cluster: &crate::support::Cluster) -> redfence::Client 
 
 /// Takes and frees a throw-away lock until every node has answered once.
 pub async fn warm_up(client: &redfence::Client, cluster: &crate::support::Cluster) {
-    let n = cluster.nodes.len();
+    warm_up_servers(client, &cluster.nodes).await;
+}
+
+/// [`warm_up`] on servers that are not a `Cluster`.
+pub async fn warm_up_servers(client: &redfence::Client, servers: &[RedisServer]) {
+    let n = servers.len();
+    let count = || -> Vec<usize> { servers.iter().map(|s| s.count_keys(LOCK_KEYS)).collect() };
     let deadline = Instant::now() + secs(5);
     loop {
         let guard = client.acquire("warm-up", secs(5)).await.unwrap();
-        let all = cluster.count_keys(LOCK_KEYS) == vec![1; n];
+        let all = count() == vec![1; n];
         guard.release().await;
         assert!(
-            eventually(secs(2), || cluster.count_keys(LOCK_KEYS) == vec![0; n]).await,
+            eventually(secs(2), || count() == vec![0; n]).await,
             "warm-up lock not released: {:?}",
-            cluster.count_keys(LOCK_KEYS)
+            count()
         );
         if all {
             return;
