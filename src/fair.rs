@@ -277,7 +277,10 @@ impl Waiter<'_> {
     async fn join(&self, place: &Place) -> Option<queue::Look> {
         let now = Instant::now();
         let need = self.life();
-        let keep = place.kept_until().is_none_or(|until| until < now + need);
+        // `checked_add`: a retry policy's wait may reach the end of time.
+        let keep = place
+            .kept_until()
+            .is_none_or(|until| now.checked_add(need).is_none_or(|n| until < n));
         let life = need.saturating_add(self.target.ttl.duration() / 2);
         let look = queue::join(self.shared, self.target, &self.ticket, life, keep).await;
         if keep && look.is_some() {
