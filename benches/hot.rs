@@ -55,6 +55,8 @@ use server::RedisServer;
 const NODES: usize = 5;
 const TTL: Duration = Duration::from_secs(10);
 const WARM: Duration = Duration::from_millis(500);
+/// The longest warm-up: see `contend`.
+const WARM_MAX: Duration = Duration::from_secs(10);
 /// Arrivals closer than this may join the queue in either order.
 const SAME_ARRIVAL: Duration = Duration::from_millis(2);
 
@@ -83,9 +85,32 @@ struct Row {
     /// The Redis processes' `read` + `write` system calls in the window:
     /// the messages they took in and sent.
     redis_io: u64,
+    /// This row's rate over its reference's, round by round (empty for a
+    /// reference row).
+    by_round: Vec<f64>,
 }
 
 impl Row {
+    /// Adds another round's window of the same shape and queue.
+    fn absorb(&mut self, other: Row) {
+        self.secs += other.secs;
+        self.acquisitions += other.acquisitions;
+        self.commands += other.commands;
+        self.attempts += other.attempts;
+        for (mine, theirs) in self.per_client.iter_mut().zip(&other.per_client) {
+            *mine += theirs;
+        }
+        self.overtaking += other.overtaking;
+        self.most_overtaken = self.most_overtaken.max(other.most_overtaken);
+        self.waits.extend(other.waits);
+        self.waits.sort();
+        self.overlaps += other.overlaps;
+        self.errors += other.errors;
+        self.client_cpu += other.client_cpu;
+        self.redis_cpu += other.redis_cpu;
+        self.redis_io += other.redis_io;
+    }
+
     fn rate(&self) -> f64 {
         self.acquisitions as f64 / self.secs
     }
@@ -124,27 +149,60 @@ fn main() {
         ],
     };
     let both = std::env::var("REDFENCE_BENCH_FAIR").map_or(true, |f| f != "only");
+    let rounds = if smoke { 1 } else { rounds() };
+    let window = secs / rounds as f64;
     let one = |rt: &tokio::runtime::Runtime, secs| {
         rt.block_on(contend(&nodes, &urls, &data, (1, 0), 1, true, secs))
     };
     // Fresh servers and a cold process run the first row slower (up to a
     // third in a run of 2026-12-02): a warm-up row, not reported.
     let _ = one(&rt, secs.min(1.0));
-    // Each shape is measured right after its own 1 x 1 reference, the
-    // base of its ratios: the machine's drift over the run stays out.
+    // Each shape alternates with its own 1 x 1 reference, the base of its
+    // ratios, round by round (reference, fair, off; again): the machine's
+    // speed drifts by up to 40 % within a run, and alternating short
+    // windows puts both sides of a ratio in the same stretch of it.
     let mut rows = Vec::new();
     for &(k, t, idle) in &shapes {
-        let base = rows.len();
-        rows.push(one(&rt, secs));
         let classic = both && idle == 0;
-        for fair in [true, false].into_iter().filter(|f| *f || classic) {
-            let mut row = rt.block_on(contend(&nodes, &urls, &data, (k, idle), t, fair, secs));
-            row.base = base;
+        let modes: Vec<Option<bool>> = [None, Some(true), Some(false)]
+            .into_iter()
+            .filter(|m| *m != Some(false) || classic)
+            .collect();
+        let mut merged: Vec<Option<Row>> = modes.iter().map(|_| None).collect();
+        for _ in 0..rounds {
+            let mut base_rate = 0.0;
+            for (mode, slot) in modes.iter().zip(merged.iter_mut()) {
+                let mut row = match mode {
+                    None => one(&rt, window),
+                    Some(fair) => {
+                        rt.block_on(contend(&nodes, &urls, &data, (k, idle), t, *fair, window))
+                    }
+                };
+                match mode {
+                    None => base_rate = row.rate(),
+                    Some(_) => row.by_round.push(row.rate() / base_rate.max(1e-9)),
+                }
+                match slot {
+                    Some(sum) => {
+                        let by_round = std::mem::take(&mut row.by_round);
+                        sum.absorb(row);
+                        sum.by_round.extend(by_round);
+                    }
+                    None => *slot = Some(row),
+                }
+            }
+        }
+        let base = rows.len();
+        for (i, row) in merged.into_iter().flatten().enumerate() {
+            let mut row = row;
+            if i > 0 {
+                row.base = base;
+            }
             rows.push(row);
         }
     }
     drop(rt);
-    report(&rows, secs);
+    report(&rows, secs, rounds);
     let keys: usize = nodes.iter().map(|n| n.count_keys("redfence:lock:*")).sum();
     println!("\nlock keys left on the nodes: {keys}");
     println!("load average: {}", common::loadavg());
@@ -154,6 +212,21 @@ fn main() {
             "\nINVARIANT BROKEN: overlapping holders, failed acquisitions or keys left (exit 1)"
         );
         std::process::exit(1);
+    }
+}
+
+/// `REDFENCE_BENCH_ROUNDS=5`: the rounds each row's window is split into
+/// (3 by default; `smoke` runs 1).
+fn rounds() -> u64 {
+    match std::env::var("REDFENCE_BENCH_ROUNDS") {
+        Err(_) => 3,
+        Ok(text) => match text.trim().parse::<u64>() {
+            Ok(n) if (1..=100).contains(&n) => n,
+            _ => {
+                eprintln!("REDFENCE_BENCH_ROUNDS={text}: expected a whole number from 1 to 100");
+                std::process::exit(2);
+            }
+        },
     }
 }
 
@@ -214,11 +287,13 @@ async fn contend(
     let waiting: Waiting = Arc::default();
     let order = Arc::new((AtomicU64::new(0), AtomicU64::new(0)));
     let waits: Arc<Mutex<Vec<Duration>>> = Arc::default();
+    let granted_total = Arc::new(AtomicU64::new(0));
     let mut handles = Vec::new();
     for w in 0..clients * tasks {
         let c = w % clients;
         let client = clients_v[c].clone();
         let mut conn = data_conn.clone();
+        let granted_total = granted_total.clone();
         let (resource, inside, overlaps, errors, measuring, stop, counts, waiting, order, waits) = (
             resource.clone(),
             inside.clone(),
@@ -256,6 +331,7 @@ async fn contend(
                         continue;
                     }
                 };
+                granted_total.fetch_add(1, Ordering::Relaxed);
                 if inside.swap(true, Ordering::SeqCst) {
                     overlaps.fetch_add(1, Ordering::Relaxed);
                 }
@@ -282,7 +358,18 @@ async fn contend(
             }
         }));
     }
+    // Warm up until the start's burst has drained: every task called
+    // `acquire` at once, and their first attempts (all refused but one)
+    // join the queue in the order they fail, not in the order they came.
+    // Grants of that burst are not arrivals in order; measured, they made
+    // up to 8.5 % of a 1 s window's grants "overtake" at 32 x 31.
+    let warm_until = Instant::now() + WARM_MAX;
     tokio::time::sleep(WARM).await;
+    while granted_total.load(Ordering::Relaxed) < (clients * tasks) as u64 * 2
+        && Instant::now() < warm_until
+    {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     let stats_before: Vec<_> = clients_v.iter().map(Client::stats).collect();
     common::reset_stats(nodes);
     let pids: Vec<String> = nodes
@@ -334,6 +421,7 @@ async fn contend(
         client_cpu,
         redis_cpu,
         redis_io,
+        by_round: Vec::new(),
     }
 }
 
@@ -354,17 +442,19 @@ fn pct(sorted: &[Duration], p: f64) -> Duration {
     sorted[i.min(sorted.len() - 1)]
 }
 
-fn report(rows: &[Row], secs: f64) {
+fn report(rows: &[Row], secs: f64, rounds: u64) {
     println!(
         "\nOne hot lock: K clients x T tasks, each acquire + GET + SET on a data node + release; \
-         5 lock nodes, fenced, {secs:.1} s windows. Ratios are to the 1 x 1 row \
-         (one task back to back) measured just before each shape."
+         5 lock nodes, fenced, {rounds} round(s) of {:.2} s windows per row, alternating with \
+         the 1 x 1 row (one task back to back) above each shape, the base of its ratios \
+         (\"/ 1x1\": over all rounds; \"by round\": each round's).",
+        secs / rounds as f64
     );
     println!(
-        "\n| clients x tasks | queue | acq/s | / 1x1 | cmds/acq | / 1x1 | attempts/acq | Jain (clients) | grants that overtook | most overtaken | wait p50 ms | p99 ms | bound ms | CPU us/acq client + Redis | Redis reads + writes /acq | cores busy | overlaps |"
+        "\n| clients x tasks | queue | acq/s | / 1x1 | by round | cmds/acq | / 1x1 | attempts/acq | Jain (clients) | grants that overtook | most overtaken | wait p50 ms | p99 ms | bound ms | CPU us/acq client + Redis | Redis reads + writes /acq | cores busy | overlaps |"
     );
     println!(
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
     );
     for (i, r) in rows.iter().enumerate() {
         let base = rows.get(r.base).unwrap_or(&rows[i]);
@@ -372,13 +462,18 @@ fn report(rows: &[Row], secs: f64) {
         let ahead = (r.clients * r.tasks).saturating_sub(1) as f64;
         let bound = ahead / r.rate().max(1e-9) * 1000.0;
         println!(
-            "| {} x {}{} | {} | {:.0} | {:.2}x | {:.1} | {:.2}x | {:.2} | {:.3} | {:.1} % | {} | {:.2} | {:.2} | {:.1} | {:.0} + {:.0} | {:.1} | {:.2} | {} |",
+            "| {} x {}{} | {} | {:.0} | {:.2}x | {} | {:.1} | {:.2}x | {:.2} | {:.3} | {:.1} % | {} | {:.2} | {:.2} | {:.1} | {:.0} + {:.0} | {:.1} | {:.2} | {} |",
             r.clients,
             r.tasks,
             if r.idle > 0 { format!(" (+{} idle)", r.idle) } else { String::new() },
             if r.fair { "fair" } else { "off" },
             r.rate(),
             r.rate() / base_rate,
+            if r.by_round.is_empty() {
+                "-".to_owned()
+            } else {
+                r.by_round.iter().map(|x| format!("{x:.2}")).collect::<Vec<_>>().join(" ")
+            },
             r.per_acq(r.commands),
             r.per_acq(r.commands) / base_cmds,
             r.per_acq(r.attempts),
