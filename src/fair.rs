@@ -71,6 +71,27 @@ impl QuickRetries {
     }
 }
 
+/// Positions of the queue per step of [`look_spacing`].
+const LOOK_SPACING_STEP: u64 = 4;
+
+/// The most [`look_spacing`] stretches a look's pause.
+const LOOK_SPACING_MAX: u32 = 8;
+
+/// How many retry pauses a client's first waiter lets pass before its next
+/// look, at `position` in the queue (1 = head): 1 within the first 4
+/// places, 2 within the next 4, and so on, at most 8. A hot lock's queue
+/// holds each client's waiters in runs (a client's tasks are granted one
+/// after another, and come back one after another), so a client's first
+/// waiter can stand hundreds of places back for a whole turn of the queue;
+/// at every pause it looked (`benches/hot.rs`, 32 × 31: 533 looks in a 3 s
+/// window, about 0.7 commands per acquisition). The waiters nearest the
+/// head still look at every pause: they find a dead head soonest.
+fn look_spacing(position: u64) -> u32 {
+    u32::try_from(position.div_ceil(LOOK_SPACING_STEP))
+        .unwrap_or(LOOK_SPACING_MAX)
+        .clamp(1, LOOK_SPACING_MAX)
+}
+
 /// Whether a contended attempt was refused without the home node among
 /// the refusals: the home said yes (or had not answered by the decision).
 /// For the waiter its queue named, this means the release that named it
@@ -343,17 +364,26 @@ impl Waiter<'_> {
     /// command, not two).
     async fn join(&self, place: &Place) -> Option<queue::Look> {
         let now = Instant::now();
-        let need = self.life();
-        // `checked_add`: a retry policy's wait may reach the end of time.
-        let keep = place
-            .kept_until()
-            .is_none_or(|until| now.checked_add(need).is_none_or(|n| until < n));
-        let life = need.saturating_add(self.target.ttl.duration() / 2);
+        let (life, keep) = self.keep(place, now);
         let look = queue::join(self.shared, self.target, &self.ticket, life, keep).await;
         if keep && look.is_some() {
             place.kept(now.checked_add(life));
         }
         look
+    }
+
+    /// Whether a join or look sent `now` should keep the queue key alive
+    /// (`PEXPIRE`), and for how long: only when this client's last
+    /// `PEXPIRE` leaves the key less than this waiter needs, and then for
+    /// half a TTL more, so that the client's next joins and looks leave it
+    /// out.
+    fn keep(&self, place: &Place, now: Instant) -> (Duration, bool) {
+        let need = self.life();
+        // `checked_add`: a retry policy's wait may reach the end of time.
+        let keep = place
+            .kept_until()
+            .is_none_or(|until| now.checked_add(need).is_none_or(|n| until < n));
+        (need.saturating_add(self.target.ttl.duration() / 2), keep)
     }
 
     /// How long the queue key should outlive this waiter's look: until its
@@ -368,6 +398,14 @@ impl Waiter<'_> {
     /// timer when nothing more precise is known.
     fn fallback(&self, now: Instant) -> Instant {
         later(now, self.retry.pause(self.attempts.max(1), jitter))
+    }
+
+    /// [`fallback`](Self::fallback) stretched by the waiter's distance from
+    /// the head ([`look_spacing`]): the first waiter's next look, after a
+    /// join or look found the lock held.
+    fn spaced_fallback(&self, now: Instant, position: u64) -> Instant {
+        let pause = self.retry.pause(self.attempts.max(1), jitter);
+        later(now, pause.saturating_mul(look_spacing(position)))
     }
 
     /// What a join's or look's answer means: attempt when this ticket is
@@ -400,7 +438,7 @@ impl Waiter<'_> {
             let expiry = look
                 .held_for
                 .map(|d| later(now, d.saturating_add(jitter(EXPIRY_SPREAD))));
-            let fallback = self.fallback(now);
+            let fallback = self.spaced_fallback(now, look.position);
             expiry.map_or(fallback, |e| e.min(fallback))
         };
         Next::Wait(at.min(self.deadline))
@@ -443,19 +481,21 @@ impl Waiter<'_> {
             }
             if first && now >= at_or_look {
                 place.looked();
-                let life = self.life();
+                let (life, keep) = self.keep(place, now);
                 let look = queue::look(
                     self.shared,
                     self.target,
                     &self.ticket,
-                    life,
+                    (life, keep),
                     self.stale.as_deref(),
                 )
                 .await;
                 match look {
                     Some(look) => {
-                        // The look's `PEXPIRE` set the key's life anew.
-                        place.kept(now.checked_add(life));
+                        if keep {
+                            // The look's `PEXPIRE` set the key's life anew.
+                            place.kept(now.checked_add(life));
+                        }
                         self.queued = true;
                         match self.after_look(&look, place) {
                             Next::Wait(next) => at = next,
@@ -534,6 +574,15 @@ mod tests {
             &refused(&[1, 2, 3], FailureReason::Unavailable),
             0
         ));
+    }
+
+    #[test]
+    fn looks_space_out_with_the_distance_from_the_head() {
+        let spacing: Vec<u32> = [0, 1, 4, 5, 8, 9, 28, 29, 32, 33, 992, u64::MAX]
+            .into_iter()
+            .map(look_spacing)
+            .collect();
+        assert_eq!(spacing, [1, 1, 1, 2, 2, 3, 7, 8, 8, 8, 8, 8]);
     }
 
     /// 1, 2, 4, … ms while the sum stays within the budget, then none.

@@ -28,6 +28,8 @@ pub(crate) struct Look {
     /// The lock key's remaining TTL on the home node: `Some(ZERO)` when
     /// absent (free there), `None` for a key without expiry.
     pub(crate) held_for: Option<Duration>,
+    /// The waiter's place in the queue, 1 at the head.
+    pub(crate) position: u64,
 }
 
 /// Appends `ticket` to the queue (`RPUSH`): the join of a waiter that
@@ -74,27 +76,31 @@ pub(crate) async fn join(
         head: len == 1,
         head_ticket: None,
         held_for: (len == 1).then_some(Duration::ZERO),
+        position: u64::try_from(len).unwrap_or(1),
     })
 }
 
 /// Looks at the queue: skips `stale` if it is still the head while the
 /// lock is free (its owner let a free turn pass), puts `ticket` back at
-/// the back if it is missing, and returns the head and the lock's `PTTL`.
+/// the back if it is missing, keeps the queue key alive for `life` when
+/// `keep` (or when the ticket's `RPUSH` created it), and returns the head,
+/// the lock's `PTTL` and the ticket's position.
 pub(crate) async fn look(
     shared: &Shared,
     target: &Target,
     ticket: &str,
-    life: Duration,
+    (life, keep): (Duration, bool),
     stale: Option<&str>,
 ) -> Option<Look> {
     let node = shared.nodes.get(target.home.index)?;
     let life = life_ms(life).to_string();
     let channel = notice_channel(&target.key, node.db());
-    let args: [&[u8]; 4] = [
+    let args: [&[u8]; 5] = [
         ticket.as_bytes(),
         life.as_bytes(),
         stale.unwrap_or("").as_bytes(),
         channel.as_bytes(),
+        if keep { b"1" } else { b"" },
     ];
     let keys: [&str; 2] = [&target.key, &target.home.queue];
     let reply = bounded(
@@ -106,7 +112,7 @@ pub(crate) async fn look(
         return None;
     };
     match items.as_slice() {
-        [head, pttl] => {
+        [head, pttl, Value::Int(position)] => {
             let head_ticket = match head {
                 Value::BulkString(b) => String::from_utf8(b.clone()).ok(),
                 _ => None,
@@ -115,6 +121,7 @@ pub(crate) async fn look(
                 head: head_ticket.as_deref() == Some(ticket),
                 head_ticket,
                 held_for: held_for(pttl)?,
+                position: u64::try_from(*position).unwrap_or(1),
             })
         }
         _ => None,

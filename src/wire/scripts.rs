@@ -307,15 +307,16 @@ pub(crate) static RELEASE: LazyLock<Script> =
 /// look if not), puts
 /// the waiter's ticket back at the back if it is missing (a queue emptied
 /// by a restart is rebuilt by the waiters' looks), keeps the queue key alive
-/// for the waiter's remaining wait, and returns `{head ticket or nil,
-/// PTTL of the lock key}`. When the lock key is absent and the head is
-/// another client's ticket, it tells that client so (`PUBLISH` of
-/// `p:0:{ticket}` on its channel: the head's waiter attempts, still
+/// for the waiter's remaining wait when asked to (or when its `RPUSH`
+/// created the key), and returns `{head ticket or nil, PTTL of the lock
+/// key, the waiter's position (1 = head)}`. When the lock key is absent and
+/// the head is another client's ticket, it tells that client so (`PUBLISH`
+/// of `p:0:{ticket}` on its channel: the head's waiter attempts, still
 /// queued): a head is skipped only after it was told it may go, never for
 /// a turn it did not know of.
 ///
 /// KEYS: lock key, queue key. ARGV: ticket, queue life ms, stale head or
-/// "", the key's notice channel.
+/// "", the key's notice channel, "1" to keep the key alive or "".
 pub(crate) static QUEUE: LazyLock<Script> =
     LazyLock::new(|| Script::new("queue", include_str!("lua/queue.lua")));
 
@@ -403,7 +404,7 @@ mod tests {
         );
         assert_eq!(
             QUEUE.commands(),
-            ["EXISTS", "LINDEX", "LRANGE", "LREM", "LPOS", "RPUSH", "PEXPIRE", "PUBLISH", "PTTL"]
+            ["PTTL", "LINDEX", "LRANGE", "LREM", "LPOS", "RPUSH", "PEXPIRE", "PUBLISH"]
         );
         assert_eq!(EXTEND.commands(), ["GET", "PEXPIRE"]);
         assert_eq!(WRITE_BACK.commands(), ["GET", "SET"]);

@@ -750,6 +750,63 @@ async fn a_named_waiter_refused_before_the_release_lands_tries_again_at_once() {
     assert!(raced > 0, "no round raced the release: nothing was shown");
 }
 
+/// A client's first waiter 33 places back looks at the queue once every 8
+/// retry pauses, not at every pause: a hot lock's queue holds each
+/// client's waiters in runs, and a waiter far back cannot find a dead
+/// head (those near the head do). The 32 waiters ahead of it have a 10 s
+/// pause and never look; the waiter's default policy pauses 50-150 ms, so
+/// unstretched it looks about 40 times in 4 s (each look one `LPOS` on
+/// the home node), stretched 5 to 11 times.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_first_waiter_far_back_looks_at_every_eighth_pause() {
+    let cluster = Cluster::start(3);
+    let resource = "far-back";
+    let home = &cluster.nodes[home_index(resource, 3)];
+    let (holder_client, ahead, far) = (
+        client(&cluster, true),
+        client(&cluster, true),
+        client(&cluster, true),
+    );
+    for c in [&holder_client, &ahead, &far] {
+        warm_up(c, &cluster).await;
+    }
+    let holder = holder_client.acquire(resource, secs(30)).await.unwrap();
+    let mut tasks = Vec::new();
+    for _ in 0..32 {
+        let ahead = ahead.clone();
+        tasks.push(tokio::spawn(async move {
+            let _ = ahead
+                .lock(resource, secs(30))
+                .retry(patient())
+                .acquire()
+                .await;
+        }));
+    }
+    assert!(eventually(secs(20), || queued(&cluster, resource) == 32).await);
+    let before = crate::helpers::calls(home, "lpos");
+    let waiter = far.clone();
+    tasks.push(tokio::spawn(async move {
+        let _ = waiter
+            .lock(resource, secs(30))
+            .retry(Retry::new().with_max_wait(secs(30)))
+            .acquire()
+            .await;
+    }));
+    assert!(eventually(secs(10), || queued(&cluster, resource) == 33).await);
+    tokio::time::sleep(secs(4)).await;
+    let looks = crate::helpers::calls(home, "lpos") - before;
+    println!("33rd in the queue, the first waiter of its client looked {looks} times in 4 s");
+    for task in &tasks {
+        task.abort();
+    }
+    drop(holder);
+    assert!(looks >= 1, "it never looked: the count shows nothing");
+    assert!(
+        looks <= 15,
+        "{looks} looks in 4 s: at every pause, not every eighth"
+    );
+}
+
 /// The home node restarted empty while 30 waiters of 3 clients queue: the
 /// queue is gone, the release names nobody, and the waiters' timers
 /// rebuild it (each first waiter puts its ticket back). Every waiter gets
@@ -797,6 +854,21 @@ async fn a_home_restarted_empty_loses_only_the_queue() {
     let home = home_of(&cluster, "restart-home").expect("a home node");
     cluster.node(home).restart();
     assert_eq!(queued(&cluster, "restart-home"), 0, "restarted empty");
+    // The looks rebuild the queue, and the rebuilt key expires again: the
+    // look whose `RPUSH` created it sends its `PEXPIRE` (the clients' last
+    // ones went with the old key, and still cover their waiters).
+    let pttl = || -> i64 {
+        cluster.nodes[home]
+            .cli(&["PTTL", &queue_key("restart-home")])
+            .trim()
+            .parse()
+            .unwrap_or(-2)
+    };
+    assert!(
+        eventually(secs(20), || pttl() > 0).await,
+        "the rebuilt queue has no expiry (PTTL {})",
+        pttl()
+    );
     holder.release().await;
     for t in tasks {
         tokio::time::timeout(secs(90), t)
