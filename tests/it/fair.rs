@@ -570,6 +570,19 @@ async fn a_free_head_is_told_to_go_before_it_is_skipped() {
 /// A waiter's task: its acquire's outcome and when it came.
 type Waiting = tokio::task::JoinHandle<(Result<redfence::LockGuard, redfence::Error>, Instant)>;
 
+/// A waiter of `client` on `resource` (30 s TTL) whose retry policy
+/// sleeps 10 s: well before that, only a release notice wakes it.
+fn spawn_notice_waiter(client: Client, resource: String) -> Waiting {
+    tokio::spawn(async move {
+        let got = client
+            .lock(&resource, secs(30))
+            .retry(crate::helpers::notice_only_retry())
+            .acquire()
+            .await;
+        (got, Instant::now())
+    })
+}
+
 /// Releases `holder` and waits (`within` at most) for `waiter`: its
 /// outcome and how long after the release it came.
 async fn release_and_wait(
@@ -584,6 +597,15 @@ async fn release_and_wait(
         .expect("the waiter hung")
         .unwrap();
     (got, at - released)
+}
+
+/// The first resource named `{prefix}-{i}` whose home is node `home` of
+/// `nodes`.
+fn homed_at(prefix: &str, home: usize, nodes: usize) -> String {
+    (0..)
+        .map(|i| format!("{prefix}-{i}"))
+        .find(|r| home_index(r, nodes) == home)
+        .unwrap_or_default()
 }
 
 /// The resource's home index as the client computes it (FNV-1a of the
@@ -605,10 +627,7 @@ fn home_index(resource: &str, nodes: usize) -> usize {
 async fn a_release_names_the_next_waiter_on_a_home_its_acquire_missed() {
     use crate::support::proxy::Fault;
     let cluster = Cluster::start(3);
-    let resource = (0..)
-        .map(|i| format!("missed-home-{i}"))
-        .find(|r| home_index(r, 3) == 0)
-        .unwrap();
+    let resource = homed_at("missed-home", 0, 3);
     // The holder reaches the home (node 0) through a proxy that resets
     // every connection; the waiter reaches every node directly.
     let proxy = crate::helpers::proxy_to(&cluster.nodes[0]);
@@ -634,14 +653,7 @@ async fn a_release_names_the_next_waiter_on_a_home_its_acquire_missed() {
     let key = crate::helpers::lock_key(&resource);
     assert_eq!(cluster.nodes[0].cli(&["EXISTS", &key]).trim(), "0");
     proxy.set(Fault::Pass);
-    let waiter = tokio::spawn(async move {
-        let got = waiter_client
-            .lock(&resource, secs(30))
-            .retry(crate::helpers::notice_only_retry())
-            .acquire()
-            .await;
-        (got, Instant::now())
-    });
+    let waiter = spawn_notice_waiter(waiter_client, resource);
     assert!(
         eventually(secs(10), || cluster.nodes[0]
             .cli(&["LLEN", &queue_key(holder.resource())])
@@ -670,10 +682,7 @@ async fn a_release_names_the_next_waiter_on_a_home_its_acquire_missed() {
 async fn a_named_waiter_refused_before_the_release_lands_tries_again_at_once() {
     use crate::support::proxy::Fault;
     let cluster = Cluster::start(3);
-    let resource = (0..)
-        .map(|i| format!("late-release-{i}"))
-        .find(|r| home_index(r, 3) == 0)
-        .unwrap();
+    let resource = homed_at("late-release", 0, 3);
     let proxies = [
         crate::helpers::proxy_to(&cluster.nodes[1]),
         crate::helpers::proxy_to(&cluster.nodes[2]),
@@ -712,16 +721,7 @@ async fn a_named_waiter_refused_before_the_release_lands_tries_again_at_once() {
         };
         let queued_before = llen();
         let before = waiter_client.stats().attempts;
-        let waiting = waiter_client.clone();
-        let name = resource.clone();
-        let waiter = tokio::spawn(async move {
-            let got = waiting
-                .lock(&name, secs(30))
-                .retry(crate::helpers::notice_only_retry())
-                .acquire()
-                .await;
-            (got, Instant::now())
-        });
+        let waiter = spawn_notice_waiter(waiter_client.clone(), resource.clone());
         assert!(
             eventually(secs(10), || llen() == queued_before + 1).await,
             "the waiter queued on the home"
