@@ -168,6 +168,10 @@ struct Waiter<'a> {
     /// (the home's key may be one the quorum has released or never had:
     /// one node's view never keeps the head from trying).
     attempt_on_timer: bool,
+    /// The attempt about to be sent answers a release that named this
+    /// ticket (not a prod, a look or a timer): refused by a majority while
+    /// the home node grants, it retries quickly (see [`QuickRetries`]).
+    named: bool,
     attempts: u32,
 }
 
@@ -222,6 +226,7 @@ async fn fair_wait(
         queued: false,
         stale: None,
         attempt_on_timer: false,
+        named: false,
         attempts: 0,
     };
     // A busy resource (this client's tasks wait for it, or the last
@@ -295,10 +300,13 @@ async fn fair_wait(
                     leave.ticket = None;
                     return Ok(Err(waiter.give_up(Some(failure), started)));
                 }
-                // Its turn, refused elsewhere while the home node granted:
-                // the release that named it has not reached the other
-                // nodes yet. Try again shortly, not at a timer.
-                if waiter.queued && home_granted(&failure, target.home.index) {
+                // Named, refused elsewhere while the home node granted: the
+                // release that named it has not reached the other nodes
+                // yet. Try again shortly, not at a timer. (Only a named
+                // attempt: a head that a look or a timer sent, refused by
+                // a holder the home lost in a restart, would retry in vain
+                // at every timer for the rest of that holder's TTL.)
+                if waiter.named && home_granted(&failure, target.home.index) {
                     if let Some(pause) = quick.pause() {
                         if now + pause < waiter.deadline {
                             tokio::time::sleep(pause).await;
@@ -449,12 +457,14 @@ impl Waiter<'_> {
     /// deadline (returns `Wait`).
     async fn wait(&mut self, place: &Place, mut at: Instant) -> Next {
         let mut first = place.is_first();
+        self.named = false;
         loop {
             if place.take_named() {
                 // Still queued: the ticket stays at the head until this
                 // waiter's release, or a look skips it.
                 self.stale = None;
                 self.attempt_on_timer = false;
+                self.named = true;
                 return Next::Attempt;
             }
             if place.take_prodded() {
