@@ -109,6 +109,7 @@ impl Row {
         self.client_cpu += other.client_cpu;
         self.redis_cpu += other.redis_cpu;
         self.redis_io += other.redis_io;
+        self.by_round.extend(other.by_round);
     }
 
     fn rate(&self) -> f64 {
@@ -189,18 +190,13 @@ fn main() {
                     Some(_) => row.by_round.push(row.rate() / base_rate.max(1e-9)),
                 }
                 match slot {
-                    Some(sum) => {
-                        let by_round = std::mem::take(&mut row.by_round);
-                        sum.absorb(row);
-                        sum.by_round.extend(by_round);
-                    }
+                    Some(sum) => sum.absorb(row),
                     None => *slot = Some(row),
                 }
             }
         }
         let base = rows.len();
-        for (i, row) in merged.into_iter().flatten().enumerate() {
-            let mut row = row;
+        for (i, mut row) in merged.into_iter().flatten().enumerate() {
             if i > 0 {
                 row.base = base;
             }
