@@ -17,6 +17,7 @@ use crate::guard::LockGuard;
 use crate::inspect::Inspection;
 use crate::lease::Lease;
 use crate::protocol::inspect::ForceReleased;
+use crate::protocol::release::release_orphan;
 use crate::protocol::shared::Shared;
 use crate::quorum::quorum;
 use crate::request::LockRequest;
@@ -39,6 +40,12 @@ impl fmt::Debug for Client {
 
 impl Client {
     pub(crate) fn from_shared(shared: Arc<Shared>) -> Self {
+        let weak = Arc::downgrade(&shared);
+        shared.waits.on_orphan(move |orphan| {
+            if let Some(shared) = weak.upgrade() {
+                release_orphan(&shared, orphan);
+            }
+        });
         Self { shared }
     }
 

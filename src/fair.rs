@@ -18,12 +18,13 @@ use std::time::{Duration, Instant};
 
 use crate::failure::{FailureReason, QuorumFailure};
 use crate::notify::{free_in, Place};
-use crate::protocol::attempt::attempt;
+use crate::pregrant::Pregrant;
+use crate::protocol::attempt::{attempt_pregranted, Pregranted};
 use crate::protocol::queue::{self, Look};
 use crate::protocol::shared::{Grant, Shared, Target};
-use crate::resource::push_hex;
+use crate::resource::{pregrant_value, push_hex};
 use crate::retry::{jitter, Retry};
-use crate::validity::later;
+use crate::validity::{later, validity};
 
 /// Spread of the retries of waiters that wake on a holder's TTL running
 /// out: they all computed about the same instant.
@@ -172,6 +173,16 @@ struct Waiter<'a> {
     /// ticket (not a prod, a look or a timer): refused by a majority while
     /// the home node grants, it retries quickly (see [`QuickRetries`]).
     named: bool,
+    /// The home's vote, when the release that named this ticket
+    /// pre-granted it: the next attempt uses it ([`Waiter::pregranted`]).
+    pregrant: Option<Pregrant>,
+    /// The notices whose pre-grants this waiter used: a value is never
+    /// used twice (a late cleanup of the first attempt could delete the
+    /// second's key).
+    used: Vec<Arc<str>>,
+    /// When this waiter's first join was sent: no release can have set
+    /// the home's key for its ticket before.
+    joined_at: Option<Instant>,
     attempts: u32,
 }
 
@@ -210,13 +221,17 @@ async fn fair_wait(
     let mut ticket = String::with_capacity(shared.id_text.len() + 16);
     ticket.push_str(&shared.id_text);
     push_hex(&mut ticket, u128::from(rand::random::<u64>()), 16);
+    if target.home.pregrant_fence.is_some() {
+        // The TTL the home's release sets when it pre-grants this ticket
+        // its vote.
+        ticket.push('-');
+        ticket.push_str(&target.ttl.millis().to_string());
+    }
     let ticket: Arc<str> = ticket.into();
-    let (place, busy) = shared.waits.join_fair(
-        &shared.nodes,
-        &target.key,
-        target.home.index,
-        ticket.clone(),
-    );
+    let (place, busy) =
+        shared
+            .waits
+            .join_fair(&shared.nodes, &target.key, &target.home, ticket.clone());
     let mut waiter = Waiter {
         shared,
         target,
@@ -227,6 +242,9 @@ async fn fair_wait(
         stale: None,
         attempt_on_timer: false,
         named: false,
+        pregrant: None,
+        used: Vec::new(),
+        joined_at: None,
         attempts: 0,
     };
     // A busy resource (this client's tasks wait for it, or the last
@@ -277,7 +295,8 @@ async fn fair_wait(
         let probe = waiter.attempts > 1
             || waiter.queued
             || (target.fence.is_some() && retry.allows_another(waiter.attempts));
-        match attempt(shared, target, probe).await {
+        let pregranted = waiter.pregranted();
+        match attempt_pregranted(shared, target, probe, pregranted).await {
             Ok(mut grant) => {
                 leave.ticket = None;
                 if waiter.queued {
@@ -370,8 +389,9 @@ impl Waiter<'_> {
     /// and then asks for half a TTL more, so that the joins of the
     /// client's next waiters leave it out (a hot lock's joins are one
     /// command, not two).
-    async fn join(&self, place: &Place) -> Option<queue::Look> {
+    async fn join(&mut self, place: &Place) -> Option<queue::Look> {
         let now = Instant::now();
+        self.joined_at.get_or_insert(now);
         let (life, keep) = self.keep(place, now);
         let look = queue::join(self.shared, self.target, &self.ticket, life, keep).await;
         if keep && look.is_some() {
@@ -400,6 +420,47 @@ impl Waiter<'_> {
         self.deadline
             .saturating_duration_since(Instant::now())
             .saturating_add(self.target.ttl.duration())
+    }
+
+    /// The home's pre-granted vote for the attempt about to be sent, if the
+    /// release that named this ticket set one (DESIGN.md, section 2, step
+    /// 3). Counted without asking the home (`since`) when the notice came
+    /// over a subscription connection whose server is past the restart
+    /// guard's window (a server younger than that may have lost a key it
+    /// granted before) and the wait since the join leaves the lock its
+    /// minimum validity after one node timeout; otherwise the home is
+    /// asked too, and says yes again for the same value. A pre-grant whose
+    /// notice this waiter used before is not used again: the attempt then
+    /// takes a fresh value, which the home refuses.
+    fn pregranted(&mut self) -> Option<Pregranted> {
+        let pregrant = self.pregrant.take()?;
+        if self.used.contains(&pregrant.notice) {
+            return None;
+        }
+        self.used.push(pregrant.notice.clone());
+        let now = Instant::now();
+        let config = &self.shared.config;
+        let guard_passed = self
+            .shared
+            .vote(true)
+            .is_none_or(|vote| later(pregrant.since, vote.window) <= now);
+        let since = self.joined_at.filter(|&joined| {
+            guard_passed
+                && pregrant.fence.is_some()
+                && validity(
+                    self.target.ttl,
+                    now.saturating_duration_since(joined)
+                        .saturating_add(config.node_timeout),
+                    self.target.drift,
+                    config.min_validity,
+                )
+                .is_some()
+        });
+        Some(Pregranted {
+            value: pregrant_value(&self.ticket, &pregrant.notice),
+            fence: pregrant.fence.unwrap_or(0),
+            since,
+        })
     }
 
     /// The retry policy's jittered pause from `now`: the first waiter's
@@ -459,12 +520,13 @@ impl Waiter<'_> {
         let mut first = place.is_first();
         self.named = false;
         loop {
-            if place.take_named() {
+            if let Some(pregrant) = place.take_named() {
                 // Still queued: the ticket stays at the head until this
                 // waiter's release, or a look skips it.
                 self.stale = None;
                 self.attempt_on_timer = false;
                 self.named = true;
+                self.pregrant = pregrant;
                 return Next::Attempt;
             }
             if place.take_prodded() {

@@ -167,6 +167,7 @@ mod lost;
 mod metrics;
 mod node;
 mod notify;
+mod pregrant;
 mod protocol;
 mod quorum;
 mod request;

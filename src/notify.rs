@@ -48,6 +48,7 @@ use tokio::task::JoinHandle;
 use crate::failure::{NodeErrorKind, NodeFailure};
 use crate::metrics;
 use crate::node::Node;
+use crate::pregrant::{naming, Home, Orphan, OrphanHook, Pregrant};
 use crate::resource::{fair_channels, notice_channel, notice_key};
 use crate::subscription::Subscription;
 
@@ -123,6 +124,9 @@ struct Shared {
     own: Mutex<Vec<Box<str>>>,
     /// See [`DEFAULT_LOCAL_HANDOFFS`].
     local_handoffs: u32,
+    /// Releases the home's vote pre-granted to a ticket of this client
+    /// that no waiter will use (see [`Orphan`]).
+    orphans: OnceLock<OrphanHook>,
 }
 
 /// A release of this client being queued on every connection; see
@@ -192,8 +196,11 @@ struct Queue {
     /// Tickets of this client's waiters that left (cancelled, gave up):
     /// a release that names one passes the turn to our first waiter.
     left: VecDeque<Arc<str>>,
-    /// Local waiters whose ticket a release named, not yet taken.
-    named: Vec<u64>,
+    /// Local waiters whose ticket a release named, not yet taken, with
+    /// the home's vote when the release pre-granted it.
+    named: Vec<(u64, Option<Pregrant>)>,
+    /// The fair queue's home, for releasing an [`Orphan`].
+    home: Option<Home>,
     /// Local waiters whose ticket another waiter of this client found at
     /// the head of the queue with no release to name it: they attempt (see
     /// [`Place::prod`]).
@@ -331,7 +338,7 @@ impl Waits {
         &self,
         nodes: &[Arc<Node>],
         key: &Arc<str>,
-        home: usize,
+        home: &Home,
         ticket: Arc<str>,
     ) -> (Place, bool) {
         let (pushed, busy) = {
@@ -339,9 +346,18 @@ impl Waits {
             let busy = queues
                 .get(key)
                 .is_some_and(|q| q.busy || !q.waiters.is_empty());
-            (self.push(&mut queues, key, Some(home), Some(ticket)), busy)
+            let pushed = self.push(&mut queues, key, Some(home.index), Some(ticket));
+            if let Some(queue) = queues.get_mut(key) {
+                queue.home = Some(home.clone());
+            }
+            (pushed, busy)
         };
         (self.subscribed(nodes, pushed), busy)
+    }
+
+    /// Sets what the client does with an [`Orphan`] (once).
+    pub(crate) fn on_orphan(&self, hook: impl Fn(Orphan) + Send + Sync + 'static) {
+        let _ = self.shared.orphans.set(OrphanHook(Box::new(hook)));
     }
 
     /// Waiters in every queue.
@@ -453,7 +469,9 @@ impl Shared {
 
     /// A release of `key` heard from node `node`: on a fair queue's home
     /// node, the notice's third field names the ticket whose turn it is.
-    fn heard_from(&self, key: &str, payload: &str, node: usize) {
+    /// `since`: when the subscription connection that carried the notice
+    /// connected (its server is at least that old).
+    fn heard_from(&self, key: &str, payload: &str, node: usize, since: Instant) {
         let mut parts = payload.splitn(3, ':');
         let (body_len, next) = match (parts.next(), parts.next(), parts.next()) {
             (Some(n), Some(c), next) => (n.len() + 1 + c.len(), next),
@@ -469,10 +487,15 @@ impl Shared {
                     queue.prod(ticket);
                     return;
                 }
-                if next.is_some() {
+                if let Some(next) = next {
                     // On this client's own channel: only the named waiter
-                    // acts.
-                    queue.turn(next);
+                    // acts. A fourth field is the home's fence: the
+                    // release pre-granted the home's vote to the ticket.
+                    let notice = payload.split(':').next().unwrap_or("");
+                    let (ticket, pregrant) = naming(next, notice, since);
+                    let orphan = queue.turn(key, ticket, pregrant);
+                    drop(queues);
+                    self.orphaned(orphan);
                     return;
                 }
                 if queue.fair == Some(node) {
@@ -544,6 +567,13 @@ impl Shared {
         queue.wake_head();
     }
 
+    /// Hands `orphan` to the client's hook (never under the queues' lock).
+    fn orphaned(&self, orphan: Option<Orphan>) {
+        if let (Some(orphan), Some(hook)) = (orphan, self.orphans.get()) {
+            (hook.0)(orphan);
+        }
+    }
+
     /// Drops the queues idle for [`LINGER`] and unsubscribes them.
     fn reap(&self, now: Instant) {
         let expired: Vec<Arc<str>> = {
@@ -581,24 +611,38 @@ impl Shared {
 }
 
 impl Queue {
-    /// The home node's release named `next` (or nobody): wake that waiter
-    /// if it is ours.
-    fn turn(&mut self, next: Option<&str>) {
-        let Some(next) = next else { return };
+    /// The home node's release named `next`: wake that waiter if it is
+    /// ours. A vote pre-granted to a ticket no waiter of ours holds comes
+    /// back as an [`Orphan`], to release.
+    fn turn(&mut self, key: &str, next: &str, pregrant: Option<Pregrant>) -> Option<Orphan> {
         self.busy = true;
         if let Some((id, notify, _)) = self
             .waiters
             .iter()
             .find(|(_, _, t)| t.as_deref() == Some(next))
         {
-            self.named.push(*id);
+            self.named.retain(|(named, _)| named != id);
+            self.named.push((*id, pregrant));
             notify.notify_one();
-        } else if self.left.iter().any(|t| **t == *next) {
+            return None;
+        }
+        if self.left.iter().any(|t| **t == *next) {
             // Named a waiter of ours that left: our first waiter looks now
             // (the queue's new head may be free to go).
             self.look_at = Some(Instant::now());
             self.wake_head();
         }
+        self.orphan(key, next.into(), pregrant)
+    }
+
+    /// The [`Orphan`] of `pregrant`, if any and the home is known.
+    fn orphan(&self, key: &str, ticket: Arc<str>, pregrant: Option<Pregrant>) -> Option<Orphan> {
+        Some(Orphan {
+            key: key.into(),
+            home: self.home.clone()?,
+            ticket,
+            notice: pregrant?.notice,
+        })
     }
 
     /// Tells the waiter holding `ticket`, if it is here, to attempt while
@@ -683,15 +727,13 @@ impl Place {
     }
 
     /// Whether a release named this waiter's ticket since it last looked
-    /// (its turn in the fair queue); consumes the naming.
-    pub(crate) fn take_named(&self) -> bool {
+    /// (its turn in the fair queue), with the home's vote when that
+    /// release pre-granted it; consumes the naming.
+    pub(crate) fn take_named(&self) -> Option<Option<Pregrant>> {
         let mut queues = self.shared.lock();
-        let Some(queue) = queues.get_mut(&self.key) else {
-            return false;
-        };
-        let before = queue.named.len();
-        queue.named.retain(|id| *id != self.id);
-        queue.named.len() != before
+        let queue = queues.get_mut(&self.key)?;
+        let at = queue.named.iter().position(|(id, _)| *id == self.id)?;
+        Some(queue.named.swap_remove(at).1)
     }
 
     /// Until when this client last asked the home node to keep the fair
@@ -778,6 +820,7 @@ impl Place {
 impl Drop for Place {
     fn drop(&mut self) {
         let now = Instant::now();
+        let orphan;
         {
             let mut queues = self.shared.lock();
             let Some(queue) = queues.get_mut(&self.key) else {
@@ -787,16 +830,29 @@ impl Drop for Place {
                 .waiters
                 .front()
                 .is_some_and(|(id, _, _)| *id == self.id);
-            if let Some((_, _, Some(ticket))) =
-                queue.waiters.iter().find(|(id, _, _)| *id == self.id)
-            {
+            let ticket = queue
+                .waiters
+                .iter()
+                .find(|(id, _, _)| *id == self.id)
+                .and_then(|(_, _, ticket)| ticket.clone());
+            if let Some(ticket) = &ticket {
                 if queue.left.len() == RECENT_NOTICES {
                     queue.left.pop_front();
                 }
                 queue.left.push_back(ticket.clone());
             }
             queue.waiters.retain(|(id, _, _)| *id != self.id);
-            queue.named.retain(|id| *id != self.id);
+            // A naming this waiter never took: its pre-granted vote is
+            // released.
+            let untaken = queue
+                .named
+                .iter()
+                .position(|(id, _)| *id == self.id)
+                .map(|at| queue.named.swap_remove(at).1);
+            orphan = match (ticket, untaken) {
+                (Some(ticket), Some(pregrant)) => queue.orphan(&self.key, ticket, pregrant),
+                _ => None,
+            };
             queue.prodded.retain(|id| *id != self.id);
             if queue.waiters.is_empty() {
                 // Lingers, subscribed; reaped after LINGER.
@@ -808,6 +864,7 @@ impl Drop for Place {
                 }
             }
         }
+        self.shared.orphaned(orphan);
         self.shared.reap(now);
     }
 }
@@ -862,6 +919,8 @@ async fn subscriber(
             tracing::debug!(node = %node.addr(), "subscription connect failed");
             continue;
         };
+        // The server this connection talks to started before now.
+        let connected_at = Instant::now();
         if !wanted.is_empty() {
             let channels = wanted.channels(db, &tag);
             match tokio::time::timeout(timeout, subscription.subscribe(channels)).await {
@@ -919,7 +978,7 @@ async fn subscriber(
                     };
                     metrics::release_notice(node.addr());
                     let payload = String::from_utf8_lossy(&payload);
-                    shared.heard_from(key, &payload, node.index());
+                    shared.heard_from(key, &payload, node.index(), connected_at);
                 }
             }
         }
@@ -1188,6 +1247,49 @@ mod tests {
         assert_eq!(a.head().unwrap().heard, h0 + 1, "only the first");
         waits.shared.confirmed("k", true);
         assert_eq!(a.head().unwrap().heard, h0 + 2, "and after a reconnect");
+    }
+
+    #[test]
+    fn a_pregranted_naming_reaches_its_waiter_or_comes_back_as_an_orphan() {
+        let waits = Waits::new(&uuid::Uuid::new_v4(), DEFAULT_LOCAL_HANDOFFS);
+        let orphans = Arc::new(Mutex::new(Vec::new()));
+        let seen = orphans.clone();
+        waits.on_orphan(move |o: Orphan| {
+            seen.lock().unwrap().push((o.ticket, o.notice));
+        });
+        let key: Arc<str> = "k".into();
+        let home = Home {
+            index: 0,
+            queue: "q".into(),
+            pregrant_fence: Some("f".into()),
+        };
+        let mine = "aaaaaaaa0000000000000001-30000";
+        let (a, _) = waits.join_fair(&[], &key, &home, mine.into());
+        let since = Instant::now();
+        // Named with the home's fence: the waiter takes the vote.
+        let shared = &waits.shared;
+        shared.heard_from("k", &format!("n1:2:{mine}:1002"), 0, since);
+        let vote = Pregrant {
+            notice: "n1".into(),
+            fence: Some(1002),
+            since,
+        };
+        assert_eq!(a.take_named(), Some(Some(vote)));
+        assert_eq!(a.take_named(), None);
+        // A plain naming carries no vote.
+        shared.heard_from("k", &format!("n2:2:{mine}"), 0, since);
+        assert_eq!(a.take_named(), Some(None));
+        // A vote for a ticket no waiter here holds comes back to release;
+        // so does one its waiter never took before leaving.
+        shared.heard_from("k", "n3:2:aaaaaaaa0000000000000009-30000:1003", 0, since);
+        shared.heard_from("k", &format!("n4:2:{mine}:1004"), 0, since);
+        drop(a);
+        let orphans = orphans.lock().unwrap();
+        let got: Vec<(&str, &str)> = orphans.iter().map(|(t, n)| (&**t, &**n)).collect();
+        assert_eq!(
+            got,
+            vec![("aaaaaaaa0000000000000009-30000", "n3"), (mine, "n4")]
+        );
     }
 
     #[tokio::test]

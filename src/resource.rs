@@ -192,9 +192,35 @@ pub(crate) fn lock_value(client_id: &str) -> Arc<str> {
     value.into()
 }
 
+/// The lock value of a fair waiter's pre-granted turn (DESIGN.md, section
+/// 2, step 3): `{tag}:{rest of the ticket}:{notice}`, which the home's
+/// release script builds from the ticket it names and its own notice id.
+/// Unique per naming (the notice id is random per acquisition); it starts
+/// like every lock value, with the client's tag and a `:`.
+pub(crate) fn pregrant_value(ticket: &str, notice: &str) -> Arc<str> {
+    let at = ticket
+        .char_indices()
+        .nth(8)
+        .map_or(ticket.len(), |(i, _)| i);
+    let (tag, rest) = ticket.split_at(at);
+    let mut value = String::with_capacity(ticket.len() + notice.len() + 2);
+    value.push_str(tag);
+    value.push(':');
+    value.push_str(rest);
+    value.push(':');
+    value.push_str(notice);
+    value.into()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_pregranted_value_starts_with_the_tag() {
+        let value = pregrant_value("0123abcd89abcdef01234567-30000", "fedcba9876543210");
+        assert_eq!(&*value, "0123abcd:89abcdef01234567-30000:fedcba9876543210");
+    }
 
     #[test]
     fn validation() {

@@ -1,6 +1,8 @@
 //! One Redlock attempt: a fresh value, `SET NX PX` (with the fence's move,
 //! when fencing is on) on all N nodes at once, decide at the first certain
-//! outcome, compute validity, settle the token. Also the one-node probe a
+//! outcome, compute validity, settle the token. A fair waiter whose naming
+//! release pre-granted the home node's vote sends the pre-granted value to
+//! the other N − 1 only ([`attempt_pregranted`]). Also the one-node probe a
 //! waiter sends before a full attempt.
 
 use std::sync::Arc;
@@ -14,7 +16,7 @@ use crate::fence::clock_seed;
 use crate::node::Settled;
 use crate::protocol::release::ReleaseOnDrop;
 use crate::protocol::reseed::reseed_if_wanted;
-use crate::protocol::round::round;
+use crate::protocol::round::{round_credited, Credited};
 use crate::protocol::settle::settle_token;
 use crate::protocol::shared::{Grant, Held, Shared, Target};
 use crate::resource::lock_value;
@@ -45,9 +47,44 @@ pub(crate) async fn attempt(
     target: &Target,
     probe: bool,
 ) -> Result<Grant, QuorumFailure> {
+    attempt_pregranted(shared, target, probe, None).await
+}
+
+/// The home node's vote that the release naming a fair waiter pre-granted
+/// (`fair.rs`; DESIGN.md, section 2, step 3): the key there holds `value`,
+/// set with the waiter's TTL by the script that moved the home's fence to
+/// `fence`.
+#[derive(Debug, Clone)]
+pub(crate) struct Pregranted {
+    pub(crate) value: Arc<str>,
+    pub(crate) fence: u64,
+    /// `Some`: count the home's yes without asking it, validity counted
+    /// from this instant (before any release could have set the key).
+    /// `None`: ask every node, the home re-confirming the key it holds
+    /// for `value` with a fresh TTL.
+    pub(crate) since: Option<Instant>,
+}
+
+/// [`attempt`], with the value and the home's vote of a pre-grant when
+/// given (fenced targets only).
+pub(crate) async fn attempt_pregranted(
+    shared: &Arc<Shared>,
+    target: &Target,
+    probe: bool,
+    pregranted: Option<Pregranted>,
+) -> Result<Grant, QuorumFailure> {
+    let pregranted = pregranted.filter(|_| target.fence.is_some());
+    let credited = pregranted.as_ref().and_then(|p| {
+        p.since.map(|since| Credited {
+            node: target.home.index,
+            since,
+        })
+    });
     let mut held = Held {
         key: target.key.clone(),
-        value: lock_value(&shared.id_text),
+        value: pregranted
+            .as_ref()
+            .map_or_else(|| lock_value(&shared.id_text), |p| p.value.clone()),
         notice: rand::random(),
         granted: false,
         sent: all_nodes(shared.nodes.len()),
@@ -81,19 +118,24 @@ pub(crate) async fn attempt(
             // Built once for every node; numbers go in without a `String`.
             let mut evalsha = ACQUIRE.evalsha_keys(&[key, fence_key], value.len() + 48);
             evalsha.arg(value).arg(ttl_ms).arg(clock_seed());
-            if probe {
+            if pregranted.is_some() && credited.is_none() {
+                // The home holds the key for this value already: it says
+                // yes again, with a fresh TTL.
+                evalsha.arg(if probe { "1" } else { "" }).arg(1);
+            } else if probe {
                 evalsha.arg(1);
             }
             (Acquire::Fenced(evalsha), parse_fenced)
         }
     };
     let request = Arc::new(request);
-    let round = round(
+    let round = round_credited(
         shared,
         Phase::Acquire,
         target,
         &held,
         false,
+        credited,
         |node, settled| {
             let request = Arc::clone(&request);
             async move {
@@ -114,9 +156,19 @@ pub(crate) async fn attempt(
     cleanup.update(&held);
     reseed_if_wanted(shared);
     let (start, granted) = (round.outcome?, round.granted);
+    let mut values = round.values;
+    if let (Some(c), Some(p)) = (credited, &pregranted) {
+        // The home's fence, from the release's notice.
+        for (i, fence) in &mut values {
+            if *i == c.node {
+                *fence = p.fence;
+            }
+        }
+        held.expires_at = start + target.ttl.duration();
+    }
     let token = match &target.fence {
         None => None,
-        Some(_) => Some(settle_token(shared, target, &held, start, &round.values).await?),
+        Some(_) => Some(settle_token(shared, target, &held, start, &values).await?),
     };
     cleanup.disarm();
     shared.counters.count(Event::Acquired);

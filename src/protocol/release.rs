@@ -9,9 +9,11 @@ use tracing::Instrument;
 
 use crate::failure::{NodeErrorKind, NodeFailure};
 use crate::fanout::{node_set, FanOut};
+use crate::fence::clock_seed;
 use crate::node::Settled;
+use crate::pregrant::Orphan;
 use crate::protocol::shared::{Held, Shared};
-use crate::resource::notice_channel;
+use crate::resource::{notice_channel, pregrant_value};
 use crate::wire::commands::parse_flag;
 use crate::wire::scripts::RELEASE;
 
@@ -64,6 +66,25 @@ pub(crate) fn release_in_background(shared: &Shared, held: &Held) {
         // next acquire of the same resource runs before it.
         handle.spawn(send_release(shared, held).drain().instrument(span));
     }
+}
+
+/// Releases, in the background, a home's vote pre-granted to a ticket of
+/// this client that no waiter will use ([`Orphan`]): a granted lock's
+/// release on the home alone, so that the script takes the ticket out and
+/// names the next one.
+pub(crate) fn release_orphan(shared: &Shared, orphan: Orphan) {
+    let held = Held {
+        key: orphan.key,
+        value: pregrant_value(&orphan.ticket, &orphan.notice),
+        notice: rand::random(),
+        granted: true,
+        sent: node_set([orphan.home.index]),
+        ours: Arc::default(),
+        expires_at: Instant::now(),
+        home: orphan.home,
+        ticket: Some(orphan.ticket),
+    };
+    release_in_background(shared, &held);
 }
 
 /// Starts the release and queues it on every connection before returning.
@@ -121,15 +142,29 @@ fn start_release(shared: &Shared, held: &Held, notice_id: String) -> FanOut<()> 
         let ticket = held.ticket.as_deref().unwrap_or("");
         let db = shared.nodes.get(held.home.index).map_or(db0, |n| n.db());
         let channel = notice_channel(&held.key, db);
-        Arc::new(RELEASE.evalsha(
-            &[&held.key, &held.home.queue],
-            &[
-                held.value.as_bytes(),
-                notice.as_bytes(),
-                channel.as_bytes(),
-                ticket.as_bytes(),
-            ],
-        ))
+        match &held.home.pregrant_fence {
+            // The named waiter's pre-grant moves the fence from the clock
+            // seed when the fence key is absent, as an acquire would.
+            Some(fence) => Arc::new(RELEASE.evalsha(
+                &[&held.key, &held.home.queue, fence],
+                &[
+                    held.value.as_bytes(),
+                    notice.as_bytes(),
+                    channel.as_bytes(),
+                    ticket.as_bytes(),
+                    clock_seed().to_string().as_bytes(),
+                ],
+            )),
+            None => Arc::new(RELEASE.evalsha(
+                &[&held.key, &held.home.queue],
+                &[
+                    held.value.as_bytes(),
+                    notice.as_bytes(),
+                    channel.as_bytes(),
+                    ticket.as_bytes(),
+                ],
+            )),
+        }
     });
     // Releases ignore the settled flag and go through to stalled nodes: the
     // acquire they follow may be queued there.

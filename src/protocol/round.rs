@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::failure::{FailureReason, NodeErrorKind, NodeFailure, Phase, QuorumFailure};
-use crate::fanout::{all_nodes, FanOut, NodeSet};
+use crate::fanout::{all_nodes, node_set, FanOut, NodeSet};
 use crate::node::{Node, Settled};
 use crate::protocol::shared::{Held, Shared, Target};
 use crate::quorum::{Decision, Tally};
@@ -48,6 +48,36 @@ where
     F: Fn(Arc<Node>, Settled) -> Fut,
     Fut: Future<Output = Result<T, NodeErrorKind>> + Send + 'static,
 {
+    round_credited(shared, phase, target, held, hear_all, None, op).await
+}
+
+/// A yes counted without asking: the home node's vote that the release
+/// naming this waiter pre-granted (`fair.rs`), and the instant from which
+/// its key's age is counted (the waiter's ticket joined the queue then,
+/// before any release could set the key).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Credited {
+    pub(crate) node: usize,
+    pub(crate) since: Instant,
+}
+
+/// [`round`], with `credited`'s node counted as a yes without being asked,
+/// and validity counted from its `since` (the outcome's start) when that
+/// is earlier than the round's.
+pub(crate) async fn round_credited<T, F, Fut>(
+    shared: &Shared,
+    phase: Phase,
+    target: &Target,
+    held: &Held,
+    hear_all: bool,
+    credited: Option<Credited>,
+    op: F,
+) -> Round<T>
+where
+    T: Clone + Default + Send + 'static,
+    F: Fn(Arc<Node>, Settled) -> Fut,
+    Fut: Future<Output = Result<T, NodeErrorKind>> + Send + 'static,
+{
     let config = &shared.config;
     let budget = node_budget(
         config.node_timeout,
@@ -57,10 +87,15 @@ where
     );
     // The clock starts before the first request is sent: elapsed then
     // over-approximates every key's age, which keeps validity safe.
-    let start = Instant::now();
+    let sent_at = Instant::now();
     let nodes = &shared.nodes;
-    let mut fan = FanOut::start(nodes, all_nodes(nodes.len()), start + budget, op);
-    let decision = fan.decide(Result::is_ok, start + budget).await;
+    let (credited_set, start) = match credited {
+        Some(c) => (node_set([c.node]), c.since.min(sent_at)),
+        None => (0, sent_at),
+    };
+    let targets = all_nodes(nodes.len()) & !credited_set;
+    let mut fan = FanOut::start_credited(nodes, targets, credited_set, sent_at + budget, op);
+    let decision = fan.decide(Result::is_ok, sent_at + budget).await;
     let elapsed = start.elapsed();
     if hear_all && decision == Decision::Reached {
         fan.hear_rest().await;

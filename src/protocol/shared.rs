@@ -13,8 +13,9 @@ use crate::config::Config;
 use crate::error::Error;
 use crate::fanout::{node_set, NodeSet};
 use crate::fence::FencingToken;
-use crate::node::{Node, Vote};
+use crate::node::{Kind, Node, Vote};
 use crate::notify::Waits;
+use crate::pregrant::Home;
 use crate::resource::{fence_bucket, fence_keys, lock_key, queue_key, validate};
 use crate::stats::Counters;
 use crate::validity::{Ttl, TtlProblem};
@@ -60,14 +61,6 @@ pub(crate) struct Target {
     /// The resource's home node (its fence bucket modulo N), which keeps
     /// its fair queue, and the queue's key.
     pub(crate) home: Home,
-}
-
-/// Where a resource's fair queue lives: one of the N nodes, the same for
-/// every client that lists the nodes in the same order.
-#[derive(Debug, Clone)]
-pub(crate) struct Home {
-    pub(crate) index: usize,
-    pub(crate) queue: Arc<str>,
 }
 
 /// What a lock needs to be extended or released: its key, its secret value,
@@ -175,9 +168,15 @@ impl Shared {
         let prefix = &self.config.key_prefix;
         let bucket = fence_bucket(resource);
         let fence = self.fence_keys.get(usize::from(bucket)).cloned();
+        let index = usize::from(bucket) % self.nodes.len().max(1);
+        let plain = self
+            .nodes
+            .get(index)
+            .is_some_and(|node| matches!(node.kind(), Kind::Server(_)));
         let home = Home {
-            index: usize::from(bucket) % self.nodes.len().max(1),
+            index,
             queue: queue_key(prefix, resource, self.config.layout),
+            pregrant_fence: fence.clone().filter(|_| plain),
         };
         Ok(Target {
             resource: resource.into(),

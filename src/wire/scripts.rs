@@ -397,10 +397,20 @@ mod tests {
 
     #[test]
     fn scripts_know_the_commands_they_run() {
-        assert_eq!(ACQUIRE.commands(), ["SET", "INCR", "INCRBY", "PTTL"]);
+        assert_eq!(ACQUIRE.commands(), ["SET", "GET", "INCR", "INCRBY", "PTTL"]);
         assert_eq!(
             RELEASE.commands(),
-            ["GET", "DEL", "PUBSUB|NUMSUB", "PUBLISH", "LREM", "LINDEX"]
+            [
+                "GET",
+                "DEL",
+                "PUBSUB|NUMSUB",
+                "PUBLISH",
+                "LREM",
+                "LINDEX",
+                "SET",
+                "INCR",
+                "INCRBY"
+            ]
         );
         assert_eq!(
             QUEUE.commands(),

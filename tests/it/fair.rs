@@ -20,13 +20,13 @@ use crate::helpers::{eventually, ms, secs, warm_up};
 use crate::support::Cluster;
 
 /// The fair queue's key of `resource` under the default prefix.
-fn queue_key(resource: &str) -> String {
+pub(crate) fn queue_key(resource: &str) -> String {
     format!("{}queue:{resource}", redfence::limits::DEFAULT_PREFIX)
 }
 
 /// Tickets in `resource`'s queue, summed over the nodes (only its home
 /// node keeps one).
-fn queued(cluster: &Cluster, resource: &str) -> usize {
+pub(crate) fn queued(cluster: &Cluster, resource: &str) -> usize {
     cluster
         .nodes
         .iter()
@@ -46,7 +46,7 @@ fn home_of(cluster: &Cluster, resource: &str) -> Option<usize> {
         .position(|n| n.cli(&["EXISTS", &queue_key(resource)]).trim() == "1")
 }
 
-fn client(cluster: &Cluster, fair: bool) -> Client {
+pub(crate) fn client(cluster: &Cluster, fair: bool) -> Client {
     crate::helpers::builder(cluster.urls())
         .node_timeout(secs(1))
         .fair(fair)
@@ -568,11 +568,12 @@ async fn a_free_head_is_told_to_go_before_it_is_skipped() {
 }
 
 /// A waiter's task: its acquire's outcome and when it came.
-type Waiting = tokio::task::JoinHandle<(Result<redfence::LockGuard, redfence::Error>, Instant)>;
+pub(crate) type Waiting =
+    tokio::task::JoinHandle<(Result<redfence::LockGuard, redfence::Error>, Instant)>;
 
 /// A waiter of `client` on `resource` (30 s TTL) whose retry policy
 /// sleeps 10 s: well before that, only a release notice wakes it.
-fn spawn_notice_waiter(client: Client, resource: String) -> Waiting {
+pub(crate) fn spawn_notice_waiter(client: Client, resource: String) -> Waiting {
     tokio::spawn(async move {
         let got = client
             .lock(&resource, secs(30))
@@ -585,7 +586,7 @@ fn spawn_notice_waiter(client: Client, resource: String) -> Waiting {
 
 /// Releases `holder` and waits (`within` at most) for `waiter`: its
 /// outcome and how long after the release it came.
-async fn release_and_wait(
+pub(crate) async fn release_and_wait(
     holder: redfence::LockGuard,
     waiter: Waiting,
     within: Duration,
@@ -601,7 +602,7 @@ async fn release_and_wait(
 
 /// The first resource named `{prefix}-{i}` whose home is node `home` of
 /// `nodes`.
-fn homed_at(prefix: &str, home: usize, nodes: usize) -> String {
+pub(crate) fn homed_at(prefix: &str, home: usize, nodes: usize) -> String {
     (0..)
         .map(|i| format!("{prefix}-{i}"))
         .find(|r| home_index(r, nodes) == home)

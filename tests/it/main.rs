@@ -24,6 +24,7 @@ mod metrics;
 mod modes;
 #[cfg(feature = "postgres")]
 mod postgres;
+mod pregrant;
 mod proxy;
 mod resp3;
 mod restart;

@@ -1,4 +1,7 @@
 local granted = redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])
+if not granted and ARGV[5] == '1' and redis.call('GET', KEYS[1]) == ARGV[1] then
+  granted = redis.call('SET', KEYS[1], ARGV[1], 'XX', 'PX', ARGV[2])
+end
 local f = redis.call('INCR', KEYS[2])
 if f == 1 then
   f = redis.call('INCRBY', KEYS[2], ARGV[3])
@@ -9,7 +12,7 @@ end
 if granted then
   return f
 end
-if ARGV[4] then
+if ARGV[4] == '1' then
   return {f, redis.call('PTTL', KEYS[1])}
 end
 return {f}

@@ -1,0 +1,232 @@
+//! The fair queue's pre-grant (DESIGN.md, section 2, step 3): the home
+//! node's release sets the lock key there for the waiter it names, with
+//! the fence's move, and the named waiter counts the home's vote without
+//! asking it. Counted here in scripts run per node, tokens, and how soon
+//! the lock reaches the waiter; and the cases where the vote is not
+//! counted unasked (a subscription younger than the restart guard's
+//! window) or where nobody will use it (an orphaned ticket).
+
+use std::time::Duration;
+
+use crate::fair::{client, homed_at, queue_key, queued, release_and_wait, spawn_notice_waiter};
+use crate::helpers::{calls, eventually, fence_key, lock_key, ms, secs, warm_up};
+use crate::support::Cluster;
+
+/// Scripts (`EVALSHA`) each node of `cluster` has run.
+fn scripts(cluster: &Cluster) -> Vec<u64> {
+    cluster.nodes.iter().map(|n| calls(n, "evalsha")).collect()
+}
+
+/// What one handoff from a holder to a named waiter cost and gave.
+struct Handoff {
+    /// Scripts each node ran from the release to the waiter's grant.
+    scripts: Vec<u64>,
+    holder_token: u64,
+    waiter_token: u64,
+    /// The home's fence once the waiter holds the lock.
+    home_fence: u64,
+    /// The lock key's value on each node while the waiter holds it.
+    values: Vec<String>,
+    after: Duration,
+}
+
+/// Holder (one client) and a queued waiter (another), on `n` nodes with
+/// every fence at 1000 first (no write-back then: every node's fence moves
+/// in step), the resource homed on node 0; the waiter's retry policy
+/// sleeps 10 s, so only a notice gets it the lock sooner. A round whose
+/// named attempt was refused by a node the holder's release had not
+/// reached yet (a loaded machine; the quick retries of `fair.rs` then add
+/// attempts and scripts) says nothing about the pre-grant and is run
+/// again, up to 5 rounds.
+async fn handoff(n: usize) -> Handoff {
+    let cluster = Cluster::start(n);
+    let resource = homed_at("pregrant", 0, n);
+    let (a, b) = (client(&cluster, true), client(&cluster, true));
+    warm_up(&a, &cluster).await;
+    warm_up(&b, &cluster).await;
+    for _ in 0..5 {
+        for node in &cluster.nodes {
+            node.cli(&["SET", &fence_key(&resource), "1000"]);
+        }
+        let holder = a.acquire(&resource, secs(30)).await.unwrap();
+        let holder_token = holder.token().unwrap().get();
+        let waiter = spawn_notice_waiter(b.clone(), resource.clone());
+        assert!(
+            eventually(secs(10), || queued(&cluster, &resource) == 1).await,
+            "the waiter queued"
+        );
+        let (before, attempts) = (scripts(&cluster), b.stats().attempts);
+        let (got, after) = release_and_wait(holder, waiter, secs(30)).await;
+        let guard = got.expect("the waiter gets the lock");
+        let scripts = scripts(&cluster)
+            .iter()
+            .zip(&before)
+            .map(|(after, before)| after - before)
+            .collect();
+        let key = lock_key(&resource);
+        let handoff = Handoff {
+            scripts,
+            holder_token,
+            waiter_token: guard.token().unwrap().get(),
+            home_fence: cluster.nodes[0]
+                .cli(&["GET", &fence_key(&resource)])
+                .trim()
+                .parse()
+                .unwrap_or(0),
+            values: cluster
+                .nodes
+                .iter()
+                .map(|n| n.cli(&["GET", &key]).trim().to_owned())
+                .collect(),
+            after,
+        };
+        guard.release().await;
+        if b.stats().attempts - attempts == 1 {
+            return handoff;
+        }
+        println!("a named attempt raced the holder's release: again");
+    }
+    panic!("5 rounds in which the named attempt raced the holder's release");
+}
+
+/// On 3 nodes the named waiter asks only the two others: the home runs
+/// the holder's release and nothing else (it would also run the waiter's
+/// acquire without the pre-grant), the others run the release and the
+/// acquire. The waiter's token is the home's fence after the release's
+/// move, one above the holder's, and all three nodes hold the same value.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_pregrants_the_home_vote_to_the_named_waiter() {
+    let h = handoff(3).await;
+    println!(
+        "3 nodes, one handoff: scripts per node {:?} (home first), tokens {} then {}, home fence {}, got the lock {:?} after the release",
+        h.scripts, h.holder_token, h.waiter_token, h.home_fence, h.after
+    );
+    assert_eq!(
+        h.scripts,
+        vec![1, 2, 2],
+        "the home ran {} scripts (the release only, with the pre-grant), the others {:?}",
+        h.scripts[0],
+        &h.scripts[1..]
+    );
+    // The waiter's first, refused attempt moved every fence once more.
+    assert_eq!(h.holder_token, 1001);
+    assert_eq!(
+        h.waiter_token, 1003,
+        "the token is the home's pre-granted fence"
+    );
+    assert_eq!(h.home_fence, 1003);
+    assert!(
+        h.values.iter().all(|v| *v == h.values[0] && !v.is_empty()),
+        "one value on every node: {:?}",
+        h.values
+    );
+    assert!(h.after < secs(5), "woken {:?} after the release", h.after);
+}
+
+/// With one node the pre-grant is the whole grant: the waiter sends no
+/// acquire at all, and the node runs the holder's release alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_one_node_the_named_waiter_sends_no_acquire() {
+    let h = handoff(1).await;
+    println!(
+        "1 node, one handoff: scripts {:?}, tokens {} then {}, got the lock {:?} after the release",
+        h.scripts, h.holder_token, h.waiter_token, h.after
+    );
+    assert_eq!(h.scripts, vec![1], "the node ran {:?} scripts", h.scripts);
+    assert_eq!((h.holder_token, h.waiter_token), (1001, 1003));
+    assert!(h.after < secs(5), "woken {:?} after the release", h.after);
+}
+
+/// A ticket of a live client that no waiter of it holds (here planted at
+/// the head, ahead of the client's real waiter): the release pre-grants it
+/// the home's vote, the client hears the naming, finds no waiter for it
+/// and releases the vote at once, which names its real waiter. Without
+/// that release the planted ticket's key would hold the home for its TTL
+/// (30 s), and the real waiter would wait for its 10 s timer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pregrant_nobody_will_use_is_released_at_once() {
+    let cluster = Cluster::start(3);
+    let resource = homed_at("orphan", 0, 3);
+    let (a, b) = (client(&cluster, true), client(&cluster, true));
+    warm_up(&a, &cluster).await;
+    warm_up(&b, &cluster).await;
+    let holder = a.acquire(&resource, secs(30)).await.unwrap();
+    let waiter = spawn_notice_waiter(b, resource.clone());
+    assert!(eventually(secs(10), || queued(&cluster, &resource) == 1).await);
+    let home = &cluster.nodes[0];
+    let real = home.cli(&["LINDEX", &queue_key(&resource), "0"]);
+    let planted = format!("{}0123456789abcdef-30000", &real.trim()[..8]);
+    home.cli(&["LPUSH", &queue_key(&resource), &planted]);
+    let (got, after) = release_and_wait(holder, waiter, secs(30)).await;
+    println!("a pre-grant to a ticket nobody holds: the real waiter got the lock {after:?} after the release");
+    let guard = got.expect("the real waiter gets the lock");
+    assert!(
+        after < secs(5),
+        "the real waiter got the lock {after:?} after the release"
+    );
+    assert!(
+        !home
+            .cli(&["LRANGE", &queue_key(&resource), "0", "-1"])
+            .contains(&planted),
+        "the planted ticket left the queue"
+    );
+    guard.release().await;
+}
+
+/// With the restart guard on, a notice that came over a subscription
+/// connection younger than the guard's window does not count the home's
+/// vote unasked (that server may have restarted a moment before, without a
+/// key it granted earlier): the waiter asks the home too, which says yes
+/// again for the pre-granted value. Node 2 is down, so the waiter needs
+/// the home's yes: a home that refused its own pre-grant would leave it
+/// waiting for its 10 s timer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_young_subscription_asks_the_home_for_its_pregranted_vote() {
+    let mut cluster = Cluster::start(3);
+    let resource = homed_at("young", 0, 3);
+    let guarded = |cluster: &Cluster| {
+        crate::helpers::builder(cluster.urls())
+            .restart_guard(redfence::RestartGuard::new())
+            .node_timeout(secs(1))
+            .build()
+            .unwrap()
+    };
+    let (a, b) = (guarded(&cluster), guarded(&cluster));
+    // The guard keeps a server out for the longest TTL the client asked
+    // for (2 s here) after its start, as far as the client can tell
+    // (`INFO`'s uptime is in whole seconds).
+    tokio::time::sleep(secs(4)).await;
+    warm_up(&a, &cluster).await;
+    warm_up(&b, &cluster).await;
+    cluster.nodes[2].kill();
+    let holder = a.acquire(&resource, secs(2)).await.unwrap();
+    let waiter = {
+        let (b, resource) = (b.clone(), resource.clone());
+        tokio::spawn(async move {
+            let got = b
+                .lock(&resource, secs(2))
+                .retry(crate::helpers::notice_only_retry())
+                .acquire()
+                .await;
+            (got, std::time::Instant::now())
+        })
+    };
+    let home_queue = || cluster.nodes[0].cli(&["LLEN", &queue_key(&resource)]);
+    assert!(eventually(secs(10), || home_queue().trim() == "1").await);
+    // Past the subscription's confirmation, well within the window.
+    tokio::time::sleep(ms(200)).await;
+    let before = calls(&cluster.nodes[0], "evalsha");
+    let (got, after) = release_and_wait(holder, waiter, secs(30)).await;
+    let home_scripts = calls(&cluster.nodes[0], "evalsha") - before;
+    println!("a subscription younger than the guard: the home ran {home_scripts} scripts, the waiter got the lock {after:?} after the release");
+    let guard = got.expect("the waiter gets the lock");
+    assert!(
+        home_scripts >= 2,
+        "the home ran {home_scripts} scripts: the release, and the waiter's acquire"
+    );
+    assert!(
+        after < secs(5),
+        "the waiter got the lock {after:?} after the release"
+    );
+    guard.release().await;
+}
