@@ -57,6 +57,14 @@ impl Node {
         &self.kind
     }
 
+    /// See [`Server::started`]; `None` on a cluster.
+    pub(crate) fn started(&self) -> Option<Instant> {
+        match &self.kind {
+            Kind::Server(server) => server.started(),
+            Kind::Cluster(_) => None,
+        }
+    }
+
     /// The database index the URL selects (always 0 on a cluster).
     pub(crate) fn db(&self) -> i64 {
         match &self.kind {

@@ -177,6 +177,27 @@ impl Busy {
             queue.busy = busy;
         }
     }
+
+    /// This client's release named `ticket`, one of this client's, in its
+    /// reply (not by a notice: `fence` is the pre-granted fence, or ""),
+    /// with `notice` its own notice id; `since`: when the server that
+    /// answered started, as far as the client knows.
+    pub(crate) fn named_here(&self, ticket: &str, notice: &str, fence: &str, since: Instant) {
+        let rest = if fence.is_empty() {
+            ticket.to_owned()
+        } else {
+            format!("{ticket}:{fence}")
+        };
+        let (ticket, pregrant) = naming(&rest, notice, since);
+        let orphan = {
+            let mut queues = self.shared.lock();
+            let Some(queue) = queues.get_mut(&self.key) else {
+                return;
+            };
+            queue.turn(&self.key, ticket, pregrant)
+        };
+        self.shared.orphaned(orphan);
+    }
 }
 
 #[derive(Debug, Default)]

@@ -287,6 +287,16 @@ impl Server {
         self.timeouts.backoff_max
     }
 
+    /// When the server of the current connection started, on this
+    /// process's clock (`None` when not connected): a reply that came over
+    /// the connection came from a server at least that old.
+    pub(crate) fn started(&self) -> Option<Instant> {
+        match &self.lock_inner().state {
+            State::Ready(connected) => Some(connected.started),
+            _ => None,
+        }
+    }
+
     fn lock_inner(&self) -> std::sync::MutexGuard<'_, Inner> {
         // Nothing panics while holding this lock; recover from poison anyway
         // rather than propagate a panic into the caller.

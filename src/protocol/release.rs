@@ -142,9 +142,11 @@ fn start_release(shared: &Shared, held: &Held, notice_id: String) -> FanOut<()> 
         let ticket = held.ticket.as_deref().unwrap_or("");
         let db = shared.nodes.get(held.home.index).map_or(db0, |n| n.db());
         let channel = notice_channel(&held.key, db);
+        // The named waiter's pre-grant moves the fence from the clock seed
+        // when the fence key is absent, as an acquire would; a ticket of
+        // this client (its tag) is named in the reply, not published.
+        let tag = shared.id_text.as_bytes();
         match &held.home.pregrant_fence {
-            // The named waiter's pre-grant moves the fence from the clock
-            // seed when the fence key is absent, as an acquire would.
             Some(fence) => Arc::new(RELEASE.evalsha(
                 &[&held.key, &held.home.queue, fence],
                 &[
@@ -153,6 +155,7 @@ fn start_release(shared: &Shared, held: &Held, notice_id: String) -> FanOut<()> 
                     channel.as_bytes(),
                     ticket.as_bytes(),
                     clock_seed().to_string().as_bytes(),
+                    tag,
                 ],
             )),
             None => Arc::new(RELEASE.evalsha(
@@ -162,6 +165,8 @@ fn start_release(shared: &Shared, held: &Held, notice_id: String) -> FanOut<()> 
                     notice.as_bytes(),
                     channel.as_bytes(),
                     ticket.as_bytes(),
+                    b"",
+                    tag,
                 ],
             )),
         }
@@ -210,7 +215,27 @@ fn start_release(shared: &Shared, held: &Held, notice_id: String) -> FanOut<()> 
                 // this client's next waiter joins the queue if so.
                 // 1 deleted, 2 deleted and named the next ticket, 3 named
                 // it without our key there (the acquire never reached the
-                // home node), 0 neither.
+                // home node), 0 neither. A ticket of this client comes
+                // back with the code, with the pre-granted fence if any:
+                // `{code, ticket, fence or ""}`.
+                let reply = match reply {
+                    redis::Value::Array(items) => {
+                        let text = |v: Option<&redis::Value>| match v {
+                            Some(redis::Value::BulkString(b)) => {
+                                String::from_utf8_lossy(b).into_owned()
+                            }
+                            _ => String::new(),
+                        };
+                        let (ticket, fence) = (text(items.get(1)), text(items.get(2)));
+                        // The server that set the key is at least as old
+                        // as the connection's (a younger one, after a
+                        // reconnect, only makes the vote count less).
+                        let since = node.started().unwrap_or_else(Instant::now);
+                        busy.named_here(&ticket, &notice, &fence, since);
+                        items.into_iter().next().unwrap_or(redis::Value::Nil)
+                    }
+                    other => other,
+                };
                 match reply {
                     redis::Value::Int(2) => {
                         busy.set(true);
@@ -223,6 +248,7 @@ fn start_release(shared: &Shared, held: &Held, notice_id: String) -> FanOut<()> 
                     redis::Value::Int(1) => busy.set(false),
                     _ => {}
                 }
+                return parse_flag(reply);
             }
             parse_flag(reply)
         }

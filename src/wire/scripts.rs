@@ -207,9 +207,13 @@ impl Script {
 /// refused, `{fence, PTTL}` when refused and asked for the holder's TTL (a
 /// waiter's retry). A fence at 2^53 or beyond is an error reply: the script
 /// sees numbers as doubles, exact below 2^53 (tokens reach it around the
-/// year 2255), and a wrong token is worse than no vote.
+/// year 2255), and a wrong token is worse than no vote. Asked to (a fifth
+/// argument "1"), a key that already holds `value` counts as granted, with
+/// a fresh TTL (`SET XX PX`): a fair waiter's pre-granted value on the home
+/// node, asked for again (DESIGN.md, section 2, fair queue, step 3).
 ///
-/// KEYS: lock key, fence key. ARGV: value, ttl ms, seed[, "1" to probe].
+/// KEYS: lock key, fence key. ARGV: value, ttl ms, seed[, "1" to probe or
+/// ""[, "1" to take our own key]].
 pub(crate) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script {
     eval_when_decided: false,
     ..Script::new("acquire", include_str!("lua/acquire.lua"))
@@ -286,14 +290,24 @@ pub(crate) fn lock_scripts() -> [&'static Script; 6] {
 /// is not the holder's (its acquire never reached the home): the release
 /// of a granted lock always goes to the home (`protocol::release`), so a
 /// queue is never left waiting for a notice that no node would send.
+/// With the fence key (a fenced client, a plain server as home) and a
+/// ticket that carries its TTL (`-{ms}`), the named ticket also gets the
+/// home's vote when the key there is free and its client listens (or is
+/// the releasing client): `SET NX PX` of `{tag}:{rest of the ticket}:
+/// {notice}`, the fence's `INCR` (seeded from the releaser's clock when
+/// absent), and the fence appended to the notice (the *pre-grant*).
+/// A ticket of the releasing client (its tag in ARGV) is not published:
+/// the reply names it.
 /// Returns 1 when deleted, 2 when deleted and a ticket named, 3 when a
 /// ticket was named without the holder's key there, 0 when neither
-/// (elsewhere than the home: nothing announced).
+/// (elsewhere than the home: nothing announced); `{code, ticket, fence or
+/// ""}` when the ticket named is the releasing client's.
 ///
-/// KEYS: lock key[, queue key on the home node]. ARGV: value, notice id,
-/// notice channel (pub/sub is server-wide, so the channel names the
-/// database; a script cannot read its database index, so the client passes
-/// the name)[, the holder's ticket or "" on the home node].
+/// KEYS: lock key[, queue key on the home node[, fence key]]. ARGV: value,
+/// notice id, notice channel (pub/sub is server-wide, so the channel names
+/// the database; a script cannot read its database index, so the client
+/// passes the name)[, on the home node: the holder's ticket or "", the
+/// clock seed or "", the releasing client's tag].
 pub(crate) static RELEASE: LazyLock<Script> =
     LazyLock::new(|| Script::new("release", include_str!("lua/release.lua")));
 

@@ -230,3 +230,32 @@ async fn a_young_subscription_asks_the_home_for_its_pregranted_vote() {
     );
     guard.release().await;
 }
+
+/// A ticket of the releasing client itself (two tasks of one process
+/// taking turns) is named in the release script's reply, with its
+/// pre-granted fence, and not published: the home sends no notice, and
+/// the waiter still gets the lock at once (its timer is 10 s away).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_releasing_clients_own_ticket_is_named_in_the_reply() {
+    let cluster = Cluster::start(3);
+    let resource = homed_at("own", 0, 3);
+    let a = client(&cluster, true);
+    warm_up(&a, &cluster).await;
+    let holder = a.acquire(&resource, secs(30)).await.unwrap();
+    let holder_token = holder.token().unwrap().get();
+    let waiter = spawn_notice_waiter(a.clone(), resource.clone());
+    assert!(eventually(secs(10), || queued(&cluster, &resource) == 1).await);
+    let before = calls(&cluster.nodes[0], "publish");
+    let (got, after) = release_and_wait(holder, waiter, secs(30)).await;
+    let published = calls(&cluster.nodes[0], "publish") - before;
+    let guard = got.expect("the waiter gets the lock");
+    let token = guard.token().unwrap().get();
+    println!("the client's own ticket: {published} notices published, the lock {after:?} after the release, tokens {holder_token} then {token}");
+    assert_eq!(published, 0, "the home published {published} notices");
+    assert!(
+        after < secs(5),
+        "the waiter got the lock {after:?} after the release"
+    );
+    assert!(token > holder_token);
+    guard.release().await;
+}

@@ -20,33 +20,46 @@ if mine and subs[2] > 0 then
   redis.call('PUBLISH', ARGV[3], ARGV[2] .. ':' .. subs[2])
 end
 local named = false
+local here = nil
 if subs[4] > 0 then
   local next = redis.call('LINDEX', KEYS[2], 0)
   if next then
-    local channel = ARGV[3] .. '/' .. string.sub(next, 1, 8)
-    local notice = ARGV[2] .. ':' .. subs[4] .. ':' .. next
+    local tag = string.sub(next, 1, 8)
+    local channel = ARGV[3] .. '/' .. tag
+    local fence = ''
     local ttl = KEYS[3] and string.match(next, '%-(%d+)$')
-    if ttl and redis.call('PUBSUB', 'NUMSUB', channel)[2] > 0
-        and redis.call('SET', KEYS[1], string.sub(next, 1, 8) .. ':' .. string.sub(next, 9) .. ':' .. ARGV[2], 'NX', 'PX', ttl) then
+    local own = tag == ARGV[6]
+    if ttl and (own or redis.call('PUBSUB', 'NUMSUB', channel)[2] > 0)
+        and redis.call('SET', KEYS[1], tag .. ':' .. string.sub(next, 9) .. ':' .. ARGV[2], 'NX', 'PX', ttl) then
       local f = redis.call('INCR', KEYS[3])
       if f == 1 then
         f = redis.call('INCRBY', KEYS[3], ARGV[5])
       end
       if f < 9007199254740992 then
-        notice = notice .. ':' .. string.format('%.0f', f)
+        fence = string.format('%.0f', f)
       else
         redis.call('DEL', KEYS[1])
       end
     end
-    redis.call('PUBLISH', channel, notice)
+    if own then
+      here = {next, fence}
+    elseif fence == '' then
+      redis.call('PUBLISH', channel, ARGV[2] .. ':' .. subs[4] .. ':' .. next)
+    else
+      redis.call('PUBLISH', channel, ARGV[2] .. ':' .. subs[4] .. ':' .. next .. ':' .. fence)
+    end
     named = true
   end
 end
+local code = 0
 if mine and named then
-  return 2
+  code = 2
 elseif mine then
-  return 1
+  code = 1
 elseif named then
-  return 3
+  code = 3
 end
-return 0
+if here then
+  return {code, here[1], here[2]}
+end
+return code
