@@ -574,9 +574,14 @@ pub(crate) type Waiting =
 /// A waiter of `client` on `resource` (30 s TTL) whose retry policy
 /// sleeps 10 s: well before that, only a release notice wakes it.
 pub(crate) fn spawn_notice_waiter(client: Client, resource: String) -> Waiting {
+    spawn_notice_waiter_with(client, resource, secs(30))
+}
+
+/// [`spawn_notice_waiter`] asking for `ttl`.
+pub(crate) fn spawn_notice_waiter_with(client: Client, resource: String, ttl: Duration) -> Waiting {
     tokio::spawn(async move {
         let got = client
-            .lock(&resource, secs(30))
+            .lock(&resource, ttl)
             .retry(crate::helpers::notice_only_retry())
             .acquire()
             .await;

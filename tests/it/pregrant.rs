@@ -8,7 +8,10 @@
 
 use std::time::Duration;
 
-use crate::fair::{client, homed_at, queue_key, queued, release_and_wait, spawn_notice_waiter};
+use crate::fair::{
+    client, homed_at, queue_key, queued, release_and_wait, spawn_notice_waiter,
+    spawn_notice_waiter_with,
+};
 use crate::helpers::{calls, eventually, fence_key, lock_key, ms, secs, warm_up};
 use crate::support::Cluster;
 
@@ -200,17 +203,7 @@ async fn a_young_subscription_asks_the_home_for_its_pregranted_vote() {
     warm_up(&b, &cluster).await;
     cluster.nodes[2].kill();
     let holder = a.acquire(&resource, secs(2)).await.unwrap();
-    let waiter = {
-        let (b, resource) = (b.clone(), resource.clone());
-        tokio::spawn(async move {
-            let got = b
-                .lock(&resource, secs(2))
-                .retry(crate::helpers::notice_only_retry())
-                .acquire()
-                .await;
-            (got, std::time::Instant::now())
-        })
-    };
+    let waiter = spawn_notice_waiter_with(b.clone(), resource.clone(), secs(2));
     let home_queue = || cluster.nodes[0].cli(&["LLEN", &queue_key(&resource)]);
     assert!(eventually(secs(10), || home_queue().trim() == "1").await);
     // Past the subscription's confirmation, well within the window.
