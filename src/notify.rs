@@ -642,8 +642,18 @@ impl Queue {
             .iter()
             .find(|(_, _, t)| t.as_deref() == Some(next))
         {
-            self.named.retain(|(named, _)| named != id);
-            self.named.push((*id, pregrant));
+            match self.named.iter_mut().find(|(named, _)| named == id) {
+                // Named again before it took the first naming: a plain
+                // naming (the key on the home is held, by the pre-grant
+                // itself as likely as not) keeps the vote the first one
+                // carried; a new pre-grant means the old key was deleted.
+                Some((_, kept)) => {
+                    if pregrant.is_some() {
+                        *kept = pregrant;
+                    }
+                }
+                None => self.named.push((*id, pregrant)),
+            }
             notify.notify_one();
             return None;
         }
@@ -1300,6 +1310,12 @@ mod tests {
         // A plain naming carries no vote.
         shared.heard_from("k", &format!("n2:2:{mine}"), 0, since);
         assert_eq!(a.take_named(), Some(None));
+        // Named again plainly before taking a pre-granted naming (another
+        // release found the key held, by that pre-grant): the vote stays.
+        shared.heard_from("k", &format!("n5:2:{mine}:1005"), 0, since);
+        shared.heard_from("k", &format!("n6:2:{mine}"), 0, since);
+        let kept = a.take_named().flatten().map(|v| v.notice);
+        assert_eq!(kept.as_deref(), Some("n5"));
         // A vote for a ticket no waiter here holds comes back to release;
         // so does one its waiter never took before leaving.
         shared.heard_from("k", "n3:2:aaaaaaaa0000000000000009-30000:1003", 0, since);

@@ -15,8 +15,9 @@ use redis::{Cmd, Value};
 use crate::node::Settled;
 use crate::protocol::shared::{Shared, Target};
 use crate::resource::notice_channel;
+use crate::resource::pregrant_value;
 use crate::wire::commands::{enqueue, lrem, pexpire, rpush};
-use crate::wire::scripts::QUEUE;
+use crate::wire::scripts::{LEAVE, QUEUE};
 
 /// What the home node said about the queue and the lock.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -130,8 +131,32 @@ pub(crate) async fn look(
 
 /// Takes `ticket` out of the queue, in the background: a waiter that gave
 /// up. Best effort: a ticket left behind is skipped when its turn comes.
+/// On a home that pre-grants, the leave script also deletes a key the
+/// home's release pre-granted to this ticket ([`LEAVE`]): a client that
+/// is cancelled or shut down with waiters queued leaves no key behind.
 pub(crate) fn leave(shared: &Arc<Shared>, target: &Target, ticket: &str) {
-    in_background(shared, target, lrem(&target.home.queue, ticket));
+    if target.home.pregrant_fence.is_none() {
+        in_background(shared, target, lrem(&target.home.queue, ticket));
+        return;
+    }
+    let Ok(handle) = tokio::runtime::Handle::try_current() else {
+        return;
+    };
+    let Some(node) = shared.nodes.get(target.home.index).cloned() else {
+        return;
+    };
+    // The pre-granted value without its notice id: `{tag}:{rest}:`.
+    let prefix = pregrant_value(ticket, "");
+    let channel = notice_channel(&target.key, node.db());
+    let evalsha = LEAVE.evalsha(
+        &[&target.key, &target.home.queue],
+        &[ticket.as_bytes(), prefix.as_bytes(), channel.as_bytes()],
+    );
+    let timeout = shared.config.node_timeout;
+    handle.spawn(async move {
+        let run = node.run_script_prepared(&LEAVE, &evalsha, &Settled::NEVER, true, None);
+        let _ = tokio::time::timeout(timeout, run).await;
+    });
 }
 
 /// Sends `cmd` to the home node without waiting for it, bounded by the

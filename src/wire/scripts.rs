@@ -245,11 +245,12 @@ pub(crate) fn sharded_scripts() -> [&'static Script; 2] {
 }
 
 /// Every script of the crate: the lock's and the fenced store's.
-fn all_scripts() -> [&'static Script; 8] {
+fn all_scripts() -> [&'static Script; 9] {
     [
         &ACQUIRE,
         &RELEASE,
         &QUEUE,
+        &LEAVE,
         &EXTEND,
         &WRITE_BACK,
         &RESEED,
@@ -267,8 +268,16 @@ pub(crate) fn named_in(message: &str) -> Option<&'static Script> {
 }
 
 /// The scripts a lock's node runs, loaded by every connection's handshake.
-pub(crate) fn lock_scripts() -> [&'static Script; 6] {
-    [&ACQUIRE, &RELEASE, &EXTEND, &WRITE_BACK, &RESEED, &QUEUE]
+pub(crate) fn lock_scripts() -> [&'static Script; 7] {
+    [
+        &ACQUIRE,
+        &RELEASE,
+        &EXTEND,
+        &WRITE_BACK,
+        &RESEED,
+        &QUEUE,
+        &LEAVE,
+    ]
 }
 
 /// Delete the key only if it still holds our value, and announce it to the
@@ -333,6 +342,18 @@ pub(crate) static RELEASE: LazyLock<Script> =
 /// "", the key's notice channel, "1" to keep the key alive or "".
 pub(crate) static QUEUE: LazyLock<Script> =
     LazyLock::new(|| Script::new("queue", include_str!("lua/queue.lua")));
+
+/// A fair waiter leaving the queue (cancelled, or given up) on a home
+/// that pre-grants: takes its ticket out (`LREM`) and, when the lock key
+/// holds a pre-granted value of that ticket (the release named it before
+/// the waiter left, or while its notice was on the way), deletes it and
+/// tells the new head's client that the lock is free (`p:0:{ticket}`, as
+/// the look does). Returns 1 when it deleted a pre-granted key.
+///
+/// KEYS: lock key, queue key. ARGV: ticket, the pre-granted value's prefix
+/// (`{tag}:{rest of the ticket}:`), the key's notice channel.
+pub(crate) static LEAVE: LazyLock<Script> =
+    LazyLock::new(|| Script::new("leave", include_str!("lua/leave.lua")));
 
 /// Reset the expiry only if the key still holds our value (fences never
 /// expire, so nothing else needs keeping alive). Returns
@@ -429,6 +450,10 @@ mod tests {
         assert_eq!(
             QUEUE.commands(),
             ["PTTL", "LINDEX", "LRANGE", "LREM", "LPOS", "RPUSH", "PEXPIRE", "PUBLISH"]
+        );
+        assert_eq!(
+            LEAVE.commands(),
+            ["LREM", "GET", "DEL", "LINDEX", "PUBLISH"]
         );
         assert_eq!(EXTEND.commands(), ["GET", "PEXPIRE"]);
         assert_eq!(WRITE_BACK.commands(), ["GET", "SET"]);

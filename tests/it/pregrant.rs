@@ -252,3 +252,34 @@ async fn the_releasing_clients_own_ticket_is_named_in_the_reply() {
     assert!(token > holder_token);
     guard.release().await;
 }
+
+/// A queued waiter that is cancelled takes a key pre-granted to its ticket
+/// with it: the leave script deletes it with the ticket (the release may
+/// have named the waiter just before it left, or while its notice was on
+/// the way; its client may be shutting down). Planted here: a pre-granted
+/// value for the waiter's ticket, then the waiter's task aborted. Without
+/// the leave script the key would stay for its 30 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_waiter_takes_its_pregranted_key_with_it() {
+    let cluster = Cluster::start(3);
+    let resource = homed_at("leave", 0, 3);
+    let (a, b) = (client(&cluster, true), client(&cluster, true));
+    warm_up(&a, &cluster).await;
+    warm_up(&b, &cluster).await;
+    let holder = a.acquire(&resource, secs(30)).await.unwrap();
+    let waiter = spawn_notice_waiter(b, resource.clone());
+    assert!(eventually(secs(10), || queued(&cluster, &resource) == 1).await);
+    let home = &cluster.nodes[0];
+    let ticket = home.cli(&["LINDEX", &queue_key(&resource), "0"]);
+    let ticket = ticket.trim();
+    // The holder's key on the home replaced by a pre-grant to the waiter.
+    let key = lock_key(&resource);
+    let planted = format!("{}:{}:0123456789abcdef", &ticket[..8], &ticket[8..]);
+    home.cli(&["SET", &key, &planted, "PX", "30000"]);
+    waiter.abort();
+    let gone = eventually(secs(5), || home.cli(&["EXISTS", &key]).trim() == "0").await;
+    println!("a cancelled waiter's pre-granted key deleted by its leave: {gone}");
+    assert!(gone, "the pre-granted key outlived the waiter that left");
+    assert_eq!(queued(&cluster, &resource), 0, "the ticket left the queue");
+    drop(holder);
+}

@@ -1,0 +1,11 @@
+redis.call('LREM', KEYS[2], 1, ARGV[1])
+local held = redis.call('GET', KEYS[1])
+if held and string.sub(held, 1, #ARGV[2]) == ARGV[2] then
+  redis.call('DEL', KEYS[1])
+  local head = redis.call('LINDEX', KEYS[2], 0)
+  if head then
+    redis.call('PUBLISH', ARGV[3] .. '/' .. string.sub(head, 1, 8), 'p:0:' .. head)
+  end
+  return 1
+end
+return 0
