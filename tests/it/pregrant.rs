@@ -140,6 +140,37 @@ async fn on_one_node_the_named_waiter_sends_no_acquire() {
     assert!(h.after < secs(5), "woken {:?} after the release", h.after);
 }
 
+/// A holder (one client) and a waiter of another client queued behind it
+/// on 3 nodes, the resource homed on node 0.
+struct Queued {
+    cluster: Cluster,
+    resource: String,
+    holder: redfence::LockGuard,
+    waiter: crate::fair::Waiting,
+    /// The waiter's ticket, read from the home's queue.
+    ticket: String,
+}
+
+async fn queued_waiter(prefix: &str) -> Queued {
+    let cluster = Cluster::start(3);
+    let resource = homed_at(prefix, 0, 3);
+    let (a, b) = (client(&cluster, true), client(&cluster, true));
+    warm_up(&a, &cluster).await;
+    warm_up(&b, &cluster).await;
+    let holder = a.acquire(&resource, secs(30)).await.unwrap();
+    let waiter = spawn_notice_waiter(b, resource.clone());
+    assert!(eventually(secs(10), || queued(&cluster, &resource) == 1).await);
+    let ticket = cluster.nodes[0].cli(&["LINDEX", &queue_key(&resource), "0"]);
+    let ticket = ticket.trim().to_owned();
+    Queued {
+        cluster,
+        resource,
+        holder,
+        waiter,
+        ticket,
+    }
+}
+
 /// A ticket of a live client that no waiter of it holds (here planted at
 /// the head, ahead of the client's real waiter): the release pre-grants it
 /// the home's vote, the client hears the naming, finds no waiter for it
@@ -148,17 +179,15 @@ async fn on_one_node_the_named_waiter_sends_no_acquire() {
 /// (30 s), and the real waiter would wait for its 10 s timer.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pregrant_nobody_will_use_is_released_at_once() {
-    let cluster = Cluster::start(3);
-    let resource = homed_at("orphan", 0, 3);
-    let (a, b) = (client(&cluster, true), client(&cluster, true));
-    warm_up(&a, &cluster).await;
-    warm_up(&b, &cluster).await;
-    let holder = a.acquire(&resource, secs(30)).await.unwrap();
-    let waiter = spawn_notice_waiter(b, resource.clone());
-    assert!(eventually(secs(10), || queued(&cluster, &resource) == 1).await);
+    let Queued {
+        cluster,
+        resource,
+        holder,
+        waiter,
+        ticket: real,
+    } = queued_waiter("orphan").await;
     let home = &cluster.nodes[0];
-    let real = home.cli(&["LINDEX", &queue_key(&resource), "0"]);
-    let planted = format!("{}0123456789abcdef-30000", &real.trim()[..8]);
+    let planted = format!("{}0123456789abcdef-30000", &real[..8]);
     home.cli(&["LPUSH", &queue_key(&resource), &planted]);
     let (got, after) = release_and_wait(holder, waiter, secs(30)).await;
     println!("a pre-grant to a ticket nobody holds: the real waiter got the lock {after:?} after the release");
@@ -261,17 +290,14 @@ async fn the_releasing_clients_own_ticket_is_named_in_the_reply() {
 /// the leave script the key would stay for its 30 s.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cancelled_waiter_takes_its_pregranted_key_with_it() {
-    let cluster = Cluster::start(3);
-    let resource = homed_at("leave", 0, 3);
-    let (a, b) = (client(&cluster, true), client(&cluster, true));
-    warm_up(&a, &cluster).await;
-    warm_up(&b, &cluster).await;
-    let holder = a.acquire(&resource, secs(30)).await.unwrap();
-    let waiter = spawn_notice_waiter(b, resource.clone());
-    assert!(eventually(secs(10), || queued(&cluster, &resource) == 1).await);
+    let Queued {
+        cluster,
+        resource,
+        holder,
+        waiter,
+        ticket,
+    } = queued_waiter("leave").await;
     let home = &cluster.nodes[0];
-    let ticket = home.cli(&["LINDEX", &queue_key(&resource), "0"]);
-    let ticket = ticket.trim();
     // The holder's key on the home replaced by a pre-grant to the waiter.
     let key = lock_key(&resource);
     let planted = format!("{}:{}:0123456789abcdef", &ticket[..8], &ticket[8..]);
