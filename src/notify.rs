@@ -414,6 +414,7 @@ impl Waits {
             key: key.clone(),
             id,
             notify,
+            granted: false,
         };
         (place, created)
     }
@@ -716,6 +717,8 @@ pub(crate) struct Place {
     key: Arc<str>,
     id: u64,
     notify: Arc<Notify>,
+    /// Left with the lock: its ticket is the holder's, not one that left.
+    granted: bool,
 }
 
 /// What a waiter at the head of the queue sees.
@@ -841,10 +844,13 @@ impl Place {
 
     /// Leaves the queue after getting the lock, whose keys expire at
     /// `expires_at`; the next waiter waits for this holder's release.
-    pub(crate) fn acquired(self, expires_at: Instant) {
+    pub(crate) fn acquired(mut self, expires_at: Instant) {
         if let Some(queue) = self.shared.lock().get_mut(&self.key) {
             queue.holder_until = Some(expires_at);
         }
+        // The ticket is the holder's now, not one that left: a naming of
+        // it (a release heard while we hold) sends no look.
+        self.granted = true;
     }
 }
 
@@ -866,7 +872,7 @@ impl Drop for Place {
                 .iter()
                 .find(|(id, _, _)| *id == self.id)
                 .and_then(|(_, _, ticket)| ticket.clone());
-            if let Some(ticket) = &ticket {
+            if let Some(ticket) = ticket.as_ref().filter(|_| !self.granted) {
                 if queue.left.len() == RECENT_NOTICES {
                     queue.left.pop_front();
                 }
@@ -1326,6 +1332,51 @@ mod tests {
         assert_eq!(
             got,
             vec![("aaaaaaaa0000000000000009-30000", "n3"), (mine, "n4")]
+        );
+    }
+
+    #[test]
+    fn a_granted_waiters_ticket_is_the_holders_not_one_that_left() {
+        let waits = Waits::new(&uuid::Uuid::new_v4(), DEFAULT_LOCAL_HANDOFFS);
+        let orphans = Arc::new(Mutex::new(Vec::new()));
+        let seen = orphans.clone();
+        waits.on_orphan(move |o: Orphan| seen.lock().unwrap().push(o.notice));
+        let key: Arc<str> = "k".into();
+        let home = Home {
+            index: 0,
+            queue: "q".into(),
+            pregrant_fence: Some("f".into()),
+        };
+        let (granted, left) = ("aaaaaaaa0000000000000001", "aaaaaaaa0000000000000002");
+        let (a, _) = waits.join_fair(&[], &key, &home, granted.into());
+        let (b, _) = waits.join_fair(&[], &key, &home, left.into());
+        let (c, _) = waits.join_fair(&[], &key, &home, "aaaaaaaa0000000000000003".into());
+        let since = Instant::now();
+        // A pre-granted naming the waiter never took (it got the lock by
+        // an attempt of its own meanwhile) is still released.
+        waits
+            .shared
+            .heard_from("k", &format!("n0:2:{granted}:1001"), 0, since);
+        a.acquired(Instant::now() + Duration::from_secs(30));
+        assert_eq!(*orphans.lock().unwrap(), vec![Arc::<str>::from("n0")]);
+        drop(b);
+        // The holder's ticket stays at the queue's head until its release:
+        // a release heard meanwhile names it, and nobody should look.
+        waits
+            .shared
+            .heard_from("k", &format!("n1:2:{granted}"), 0, since);
+        assert_eq!(
+            c.look_at(),
+            None,
+            "a naming of the holder's ticket scheduled a look"
+        );
+        // A waiter that left: the first waiter looks (the head may be free).
+        waits
+            .shared
+            .heard_from("k", &format!("n2:2:{left}"), 0, since);
+        assert!(
+            c.look_at().is_some(),
+            "a naming of a ticket that left scheduled no look"
         );
     }
 
