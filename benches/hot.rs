@@ -26,10 +26,17 @@
 //!   the `redis-server`s' `read` + `write` system calls per acquisition:
 //!   the messages they took in and sent.
 //!
-//! The last row, `1 x 1 (+31 idle)`, is one task back to back beside 31
-//! built and warmed clients that send nothing: the control that tells
-//! the cost of handing the lock to another client from the cost of many
-//! clients in one process.
+//! Two controls:
+//! - `1 x 1 (+31 idle)`, the last row, is one task back to back beside 31
+//!   built and warmed clients that send nothing: what many clients in one
+//!   process cost while idle.
+//! - The `relay` row of each shape runs the same K × T tasks taking turns
+//!   through an in-process baton (task w wakes task w + 1, another
+//!   client's, after its release): no task asks while another holds, so
+//!   each acquisition is the 1 × 1 row's, and the queue is never used. It
+//!   measures what handing the turn between these tasks and clients costs
+//!   with nothing in Redis to order them: the ceiling for any queue on
+//!   this machine. `fair ÷ relay` is the fair queue's own cost.
 //!
 //! Mutual exclusion is checked in every row (an overlap exits 1).
 //! `REDFENCE_BENCH_ROWS=smoke` runs two small shapes (CI);
@@ -60,6 +67,28 @@ const WARM_MAX: Duration = Duration::from_secs(10);
 /// Arrivals closer than this may join the queue in either order.
 const SAME_ARRIVAL: Duration = Duration::from_millis(2);
 
+/// How a row's tasks take the lock.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// The fair queue (the default).
+    Fair,
+    /// `fair(false)`: each client's head competes for each release.
+    Off,
+    /// The control: the tasks take turns through an in-process baton, so
+    /// no acquire meets a held lock (fair clients; the queue is not used).
+    Relay,
+}
+
+impl Mode {
+    fn name(self) -> &'static str {
+        match self {
+            Mode::Fair => "fair",
+            Mode::Off => "off",
+            Mode::Relay => "relay",
+        }
+    }
+}
+
 struct Row {
     /// The row of the 1 x 1 reference this row's ratios are to.
     base: usize,
@@ -67,7 +96,7 @@ struct Row {
     /// Clients built and warmed beside the working ones, sending nothing.
     idle: usize,
     tasks: usize,
-    fair: bool,
+    mode: Mode,
     secs: f64,
     acquisitions: u64,
     commands: u64,
@@ -153,21 +182,29 @@ fn main() {
     let rounds = if smoke { 1 } else { rounds() };
     let window = secs / rounds as f64;
     let one = |rt: &tokio::runtime::Runtime, secs| {
-        rt.block_on(contend(&nodes, &urls, &data, (1, 0), 1, true, secs))
+        rt.block_on(contend(&nodes, &urls, &data, (1, 0), 1, Mode::Fair, secs))
     };
     // Fresh servers and a cold process run the first row slower (up to a
     // third in a run of 2026-12-02): a warm-up row, not reported.
     let _ = one(&rt, secs.min(1.0));
     // Each shape alternates with its own 1 x 1 reference, the base of its
-    // ratios, round by round (reference, fair, off; again): the machine's
+    // ratios, round by round (reference, fair, relay, off; again): the
+    // machine's
     // speed drifts by up to 40 % within a run, and alternating short
     // windows puts both sides of a ratio in the same stretch of it.
     let mut rows = Vec::new();
     for &(k, t, idle) in &shapes {
         let classic = both && idle == 0;
-        let modes: Vec<Option<bool>> = [None, Some(true), Some(false)]
+        // The relay control where turns pass between tasks (not in smoke
+        // runs: CI checks the invariants, not the figures).
+        let relay = k * t > 1 && !smoke;
+        let modes: Vec<Option<Mode>> = [None, Some(Mode::Fair), Some(Mode::Relay), Some(Mode::Off)]
             .into_iter()
-            .filter(|m| *m != Some(false) || classic)
+            .filter(|m| match m {
+                Some(Mode::Off) => classic,
+                Some(Mode::Relay) => relay,
+                _ => true,
+            })
             .collect();
         let mut merged: Vec<Option<Row>> = modes.iter().map(|_| None).collect();
         // A hot lock's queue serves each client's tasks in a run, so a
@@ -181,8 +218,8 @@ fn main() {
             for (mode, slot) in modes.iter().zip(merged.iter_mut()) {
                 let mut row = match mode {
                     None => one(&rt, window),
-                    Some(fair) => {
-                        rt.block_on(contend(&nodes, &urls, &data, (k, idle), t, *fair, window))
+                    Some(mode) => {
+                        rt.block_on(contend(&nodes, &urls, &data, (k, idle), t, *mode, window))
                     }
                 };
                 match mode {
@@ -257,18 +294,18 @@ async fn contend(
     data: &RedisServer,
     (clients, idle): (usize, usize),
     tasks: usize,
-    fair: bool,
+    mode: Mode,
     secs: f64,
 ) -> Row {
     let clients_v: Vec<Client> = (0..clients + idle)
         .map(|_| {
             common::bench_builder(urls)
-                .fair(fair)
+                .fair(mode != Mode::Off)
                 .build()
                 .expect("client")
         })
         .collect();
-    let resource = format!("hot-{clients}x{tasks}+{idle}-{fair}");
+    let resource = format!("hot-{clients}x{tasks}+{idle}-{}", mode.name());
     for client in &clients_v {
         for warm in ["warm", "warm", "warm"] {
             let g = client.acquire(warm, TTL).await.expect("warm-up");
@@ -290,9 +327,23 @@ async fn contend(
     let order = Arc::new((AtomicU64::new(0), AtomicU64::new(0)));
     let waits: Arc<Mutex<Vec<Duration>>> = Arc::default();
     let granted_total = Arc::new(AtomicU64::new(0));
+    // The relay's baton: task w waits on `batons[w]` and passes it to
+    // `batons[w + 1]` (task 0 starts with it).
+    let n = clients * tasks;
+    let batons: Arc<Vec<tokio::sync::Notify>> =
+        Arc::new((0..n).map(|_| tokio::sync::Notify::new()).collect());
+    batons[0].notify_one();
+    let relay = mode == Mode::Relay;
     let mut handles = Vec::new();
-    for w in 0..clients * tasks {
+    for w in 0..n {
         let c = w % clients;
+        let baton = relay.then(|| batons.clone());
+        let next = baton.clone();
+        let pass = move || {
+            if let Some(batons) = &next {
+                batons[(w + 1) % n].notify_one();
+            }
+        };
         let client = clients_v[c].clone();
         let mut conn = data_conn.clone();
         let granted_total = granted_total.clone();
@@ -309,7 +360,15 @@ async fn contend(
             waits.clone(),
         );
         handles.push(tokio::spawn(async move {
-            while !stop.load(Ordering::Relaxed) {
+            loop {
+                if let Some(batons) = &baton {
+                    batons[w].notified().await;
+                }
+                if stop.load(Ordering::Relaxed) {
+                    // Passed on, so that every task sees the stop.
+                    pass();
+                    break;
+                }
                 let arrived = Instant::now();
                 waiting.lock().unwrap().insert((arrived, w));
                 let acquired = client
@@ -330,6 +389,7 @@ async fn contend(
                     Ok(guard) => guard,
                     Err(_) => {
                         errors.fetch_add(1, Ordering::Relaxed);
+                        pass();
                         continue;
                     }
                 };
@@ -357,6 +417,7 @@ async fn contend(
                     .await;
                 inside.store(false, Ordering::SeqCst);
                 guard.release().await;
+                pass();
             }
         }));
     }
@@ -409,7 +470,7 @@ async fn contend(
         clients,
         idle,
         tasks,
-        fair,
+        mode,
         secs: span,
         acquisitions: per_client.iter().sum(),
         commands,
@@ -454,22 +515,26 @@ fn report(rows: &[Row], secs: f64, rounds: u64) {
         secs / rounds as f64
     );
     println!(
-        "\n| clients x tasks | queue | acq/s | / 1x1 | by round | cmds/acq | / 1x1 | attempts/acq | Jain (clients) | grants that overtook | most overtaken | wait p50 ms | p99 ms | bound ms | CPU us/acq client + Redis | Redis reads + writes /acq | cores busy | overlaps |"
+        "\n| clients x tasks | queue | acq/s | / 1x1 | by round | fair / relay | cmds/acq | / 1x1 | attempts/acq | Jain (clients) | grants that overtook | most overtaken | wait p50 ms | p99 ms | bound ms | CPU us/acq client + Redis | Redis reads + writes /acq | cores busy | overlaps |"
     );
     println!(
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
     );
     for (i, r) in rows.iter().enumerate() {
         let base = rows.get(r.base).unwrap_or(&rows[i]);
         let (base_rate, base_cmds) = (base.rate(), base.per_acq(base.commands));
         let ahead = (r.clients * r.tasks).saturating_sub(1) as f64;
         let bound = ahead / r.rate().max(1e-9) * 1000.0;
+        // The fair row over the relay control of its shape.
+        let relay = rows
+            .iter()
+            .find(|o| o.base == r.base && o.mode == Mode::Relay && r.mode == Mode::Fair);
         println!(
-            "| {} x {}{} | {} | {:.0} | {:.2}x | {} | {:.1} | {:.2}x | {:.2} | {:.3} | {:.1} % | {} | {:.2} | {:.2} | {:.1} | {:.0} + {:.0} | {:.1} | {:.2} | {} |",
+            "| {} x {}{} | {} | {:.0} | {:.2}x | {} | {} | {:.1} | {:.2}x | {:.2} | {:.3} | {:.1} % | {} | {:.2} | {:.2} | {:.1} | {:.0} + {:.0} | {:.1} | {:.2} | {} |",
             r.clients,
             r.tasks,
             if r.idle > 0 { format!(" (+{} idle)", r.idle) } else { String::new() },
-            if r.fair { "fair" } else { "off" },
+            r.mode.name(),
             r.rate(),
             r.rate() / base_rate,
             if r.by_round.is_empty() {
@@ -477,6 +542,7 @@ fn report(rows: &[Row], secs: f64, rounds: u64) {
             } else {
                 r.by_round.iter().map(|x| format!("{x:.2}")).collect::<Vec<_>>().join(" ")
             },
+            relay.map_or("-".to_owned(), |o| format!("{:.2}x", r.rate() / o.rate().max(1e-9))),
             r.per_acq(r.commands),
             r.per_acq(r.commands) / base_cmds,
             r.per_acq(r.attempts),
