@@ -42,7 +42,7 @@
 
 use std::collections::BTreeMap;
 use std::fs;
-use std::io::{self, BufRead, BufReader, Read, Write};
+use std::io::{self, BufReader, Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpStream};
 use std::os::unix::net::UnixStream;
 use std::panic::{self, AssertUnwindSafe};
@@ -54,7 +54,9 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use super::process::{self, ReservedPort, TempDir};
-use super::server::{RedisServer, ServerOptions, ServerTls};
+use super::server::{
+    encode, protocol_error, read_reply, RedisServer, Reply, ServerOptions, ServerTls,
+};
 
 /// Number of hash slots of every Redis Cluster.
 pub const SLOTS: usize = 16384;
@@ -651,7 +653,7 @@ impl RedisCluster {
         let mut moved = 0;
         loop {
             let keys = match command(from_port, &["CLUSTER", "GETKEYSINSLOT", &slot_arg, "100"]) {
-                Value::Array(keys) => keys,
+                Reply::Array(Some(keys)) => keys,
                 other => panic!("{from_port}: CLUSTER GETKEYSINSLOT {slot}: {other:?}"),
             };
             if keys.is_empty() {
@@ -663,12 +665,12 @@ impl RedisCluster {
                 .collect();
             for key in &keys {
                 match key {
-                    Value::Bulk(k) => args.push(k.clone()),
+                    Reply::Bulk(Some(k)) => args.push(k.clone()),
                     other => panic!("{from_port}: CLUSTER GETKEYSINSLOT {slot}: key {other:?}"),
                 }
             }
             match command(from_port, &args) {
-                Value::Simple(s) if s == "OK" || s == "NOKEY" => moved += keys.len(),
+                Reply::Simple(s) if s == "OK" || s == "NOKEY" => moved += keys.len(),
                 other => panic!("{from_port}: MIGRATE of slot {slot} to {to_port}: {other:?}"),
             }
         }
@@ -720,7 +722,7 @@ impl RedisCluster {
                     && role(replica_port)? != "master"
                 {
                     match query(replica_port, &["CLUSTER", "FAILOVER"], QUERY_TIMEOUT) {
-                        Ok(Value::Simple(ok)) if ok == "OK" => {}
+                        Ok(Reply::Simple(ok)) if ok == "OK" => {}
                         other => return Err(format!("CLUSTER FAILOVER: {other:?}")),
                     }
                     asked = Some(Instant::now());
@@ -1078,7 +1080,7 @@ fn wait_until<T>(what: &str, mut check: impl FnMut() -> Result<T, String>) -> T 
 }
 
 fn ping(port: u16) -> bool {
-    matches!(query(port, &["PING"], QUERY_TIMEOUT), Ok(Value::Simple(s)) if s == "PONG")
+    matches!(query(port, &["PING"], QUERY_TIMEOUT), Ok(Reply::Simple(s)) if s == "PONG")
 }
 
 fn cluster_nodes(port: u16) -> io::Result<Vec<ClusterNode>> {
@@ -1095,20 +1097,20 @@ fn cluster_nodes(port: u16) -> io::Result<Vec<ClusterNode>> {
 /// `CLUSTER SLOTS` of `port` as the owner port of every slot.
 fn slot_owners(port: u16) -> io::Result<Vec<Option<u16>>> {
     let bad = |what: &str| protocol_error(format!("CLUSTER SLOTS: {what}"));
-    let Value::Array(ranges) = query(port, &["CLUSTER", "SLOTS"], QUERY_TIMEOUT)? else {
+    let Reply::Array(Some(ranges)) = query(port, &["CLUSTER", "SLOTS"], QUERY_TIMEOUT)? else {
         return Err(bad("not an array"));
     };
     let mut owners = vec![None; SLOTS];
     for range in &ranges {
-        let Value::Array(items) = range else {
+        let Reply::Array(Some(items)) = range else {
             return Err(bad("range not an array"));
         };
-        let (Some(Value::Int(start)), Some(Value::Int(end)), Some(Value::Array(master))) =
+        let (Some(Reply::Int(start)), Some(Reply::Int(end)), Some(Reply::Array(Some(master)))) =
             (items.first(), items.get(1), items.get(2))
         else {
             return Err(bad("range without start, end and master"));
         };
-        let Some(Value::Int(owner)) = master.get(1) else {
+        let Some(Reply::Int(owner)) = master.get(1) else {
             return Err(bad("master without port"));
         };
         let owner = u16::try_from(*owner).map_err(|_| bad("port out of range"))?;
@@ -1126,19 +1128,8 @@ fn slot_owners(port: u16) -> io::Result<Vec<Option<u16>>> {
     Ok(owners)
 }
 
-/// A RESP2 reply, nesting kept (unlike `RedisServer::cli`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Value {
-    Simple(String),
-    Error(String),
-    Int(i64),
-    Bulk(Vec<u8>),
-    Nil,
-    Array(Vec<Value>),
-}
-
 /// Panics on a connection failure, for commands that must go through.
-fn command<A: AsRef<[u8]>>(port: u16, args: &[A]) -> Value {
+fn command<A: AsRef<[u8]>>(port: u16, args: &[A]) -> Reply {
     query(port, args, QUERY_TIMEOUT).unwrap_or_else(|e| {
         let shown: Vec<_> = args
             .iter()
@@ -1150,7 +1141,7 @@ fn command<A: AsRef<[u8]>>(port: u16, args: &[A]) -> Value {
 
 fn expect_ok(port: u16, args: &[&str]) {
     match command(port, args) {
-        Value::Simple(s) if s == "OK" => {}
+        Reply::Simple(s) if s == "OK" => {}
         other => panic!("redis {port}: {args:?}: {other:?}"),
     }
 }
@@ -1158,8 +1149,8 @@ fn expect_ok(port: u16, args: &[&str]) {
 /// A bulk or simple string reply as text; an error reply is an `Err`.
 fn text(port: u16, args: &[&str]) -> io::Result<String> {
     match query(port, args, QUERY_TIMEOUT)? {
-        Value::Bulk(b) => Ok(String::from_utf8_lossy(&b).into_owned()),
-        Value::Simple(s) => Ok(s),
+        Reply::Bulk(Some(b)) => Ok(String::from_utf8_lossy(&b).into_owned()),
+        Reply::Simple(s) => Ok(s),
         other => Err(io::Error::other(format!("{args:?}: {other:?}"))),
     }
 }
@@ -1185,14 +1176,9 @@ fn register_socket(server: &RedisServer) {
 
 /// One command on a fresh connection to 127.0.0.1:`port` (over the node's
 /// Unix socket for a node of a TLS cluster, see [`TLS_SOCKETS`]).
-fn query<A: AsRef<[u8]>>(port: u16, args: &[A], timeout: Duration) -> io::Result<Value> {
-    let mut request = format!("*{}\r\n", args.len()).into_bytes();
-    for arg in args {
-        let arg = arg.as_ref();
-        request.extend_from_slice(format!("${}\r\n", arg.len()).as_bytes());
-        request.extend_from_slice(arg);
-        request.extend_from_slice(b"\r\n");
-    }
+fn query<A: AsRef<[u8]>>(port: u16, args: &[A], timeout: Duration) -> io::Result<Reply> {
+    let mut request = Vec::new();
+    encode(&mut request, args);
     let socket = tls_sockets().get(&port).cloned();
     if let Some(path) = socket {
         let stream = UnixStream::connect(&path).map_err(|e| {
@@ -1217,50 +1203,7 @@ fn query<A: AsRef<[u8]>>(port: u16, args: &[A], timeout: Duration) -> io::Result
 }
 
 /// Sends `request` and reads one reply.
-fn exchange(mut stream: impl Read + Write, request: &[u8]) -> io::Result<Value> {
+fn exchange(mut stream: impl Read + Write, request: &[u8]) -> io::Result<Reply> {
     stream.write_all(request)?;
-    read_value(&mut BufReader::new(stream))
-}
-
-fn protocol_error(msg: String) -> io::Error {
-    io::Error::new(io::ErrorKind::InvalidData, msg)
-}
-
-fn read_value(r: &mut impl BufRead) -> io::Result<Value> {
-    let mut line = Vec::new();
-    r.read_until(b'\n', &mut line)?;
-    if !line.ends_with(b"\r\n") {
-        return Err(io::Error::new(
-            io::ErrorKind::UnexpectedEof,
-            "connection closed mid-reply",
-        ));
-    }
-    line.truncate(line.len() - 2);
-    let line = String::from_utf8(line).map_err(|e| protocol_error(format!("reply line: {e}")))?;
-    let (kind, rest) = line
-        .split_at_checked(1)
-        .ok_or_else(|| protocol_error("empty reply line".into()))?;
-    let len = || -> io::Result<i64> {
-        rest.parse()
-            .map_err(|_| protocol_error(format!("bad length {rest:?}")))
-    };
-    Ok(match kind {
-        "+" => Value::Simple(rest.to_owned()),
-        "-" => Value::Error(rest.to_owned()),
-        ":" => Value::Int(len()?),
-        "$" => match usize::try_from(len()?) {
-            Err(_) => Value::Nil,
-            Ok(n) => {
-                let mut buf = vec![0; n + 2];
-                r.read_exact(&mut buf)?;
-                buf.truncate(n);
-                Value::Bulk(buf)
-            }
-        },
-        "*" => match usize::try_from(len()?) {
-            Err(_) => Value::Nil,
-            Ok(n) => Value::Array((0..n).map(|_| read_value(r)).collect::<io::Result<_>>()?),
-        },
-        other => return Err(protocol_error(format!("unknown reply type {other:?}"))),
-    })
+    read_reply(&mut BufReader::new(stream))
 }

@@ -451,8 +451,8 @@ impl Cluster {
 
 /// A parsed reply. RESP3 types are accepted too, because a test may send
 /// `HELLO 3` through `cli`.
-#[derive(Debug)]
-enum Reply {
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Reply {
     Simple(String),
     Error(String),
     Int(i64),
@@ -506,16 +506,18 @@ impl Timeouts for UnixStream {
     }
 }
 
-fn encode(out: &mut Vec<u8>, args: &[&str]) {
+/// Appends `args` as one RESP command.
+pub(crate) fn encode<A: AsRef<[u8]>>(out: &mut Vec<u8>, args: &[A]) {
     out.extend_from_slice(format!("*{}\r\n", args.len()).as_bytes());
     for arg in args {
+        let arg = arg.as_ref();
         out.extend_from_slice(format!("${}\r\n", arg.len()).as_bytes());
-        out.extend_from_slice(arg.as_bytes());
+        out.extend_from_slice(arg);
         out.extend_from_slice(b"\r\n");
     }
 }
 
-fn protocol_error(msg: String) -> io::Error {
+pub(crate) fn protocol_error(msg: String) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, msg)
 }
 
@@ -557,7 +559,8 @@ fn read_items(r: &mut impl BufRead, count: i64) -> io::Result<Option<Vec<Reply>>
         .map(Some)
 }
 
-fn read_reply(r: &mut impl BufRead) -> io::Result<Reply> {
+/// Reads one reply, nesting kept (RESP2 or RESP3).
+pub(crate) fn read_reply(r: &mut impl BufRead) -> io::Result<Reply> {
     let line = read_line(r)?;
     let Some(kind) = line.chars().next() else {
         return Err(protocol_error("empty reply line".into()));
