@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use redfence::{Client, NodeErrorKind, NodeSpec, RestartGuard, Retry};
 
 use crate::contention::{first_overlap, Section};
-use crate::helpers::{calls, hand_over_by_notice, ms, secs};
+use crate::helpers::{calls, hand_over_by_notice, ms, nudge_until, secs};
 use crate::support::cluster::RedisCluster;
 use crate::support::RedisServer;
 
@@ -799,22 +799,13 @@ async fn a_plain_node_restarted_next_to_clusters_is_reseeded_from_them() {
     assert_eq!(plain.count_keys("redfence:fence:*"), 0, "lost its fences");
     let plain_fence =
         |r: &str| -> Option<u64> { plain.cli(&["GET", &client.fence_key(r)]).parse().ok() };
-    let deadline = Instant::now() + secs(20);
-    while plain_fence("a").is_none() || plain_fence("b").is_none() {
-        assert!(
-            Instant::now() < deadline,
-            "the plain node was never re-seeded"
-        );
-        if let Ok(guard) = client
-            .lock("c", secs(1))
-            .retry(Retry::new().with_max_wait(secs(15)))
-            .acquire()
-            .await
-        {
-            guard.release().await;
-        }
-        tokio::time::sleep(ms(100)).await;
-    }
+    nudge_until(
+        &client,
+        secs(20),
+        "the plain node was never re-seeded",
+        || plain_fence("a").is_some() && plain_fence("b").is_some(),
+    )
+    .await;
     assert_eq!(
         vec![plain_fence("a").unwrap(), plain_fence("b").unwrap()],
         expected,

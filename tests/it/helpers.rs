@@ -132,6 +132,30 @@ pub fn new_client(cluster: &crate::support::Cluster) -> redfence::Client {
 /// operation reaches all N nodes at once. A fresh client connects lazily,
 /// and requests still waiting for their connection when the outcome becomes
 /// certain are dropped: its first lock usually lives on a bare majority.
+/// Takes and releases resource `c` every 100 ms until `done()`, failing
+/// with `what` after `within`: any fenced acquire finds a node young and
+/// starts its fences' re-seed, which other resources then wait for.
+pub async fn nudge_until(
+    client: &redfence::Client,
+    within: Duration,
+    what: &str,
+    mut done: impl FnMut() -> bool,
+) {
+    let deadline = Instant::now() + within;
+    while !done() {
+        assert!(Instant::now() < deadline, "{what}");
+        if let Ok(guard) = client
+            .lock("c", secs(1))
+            .retry(redfence::Retry::new().with_max_wait(secs(15)))
+            .acquire()
+            .await
+        {
+            guard.release().await;
+        }
+        tokio::time::sleep(ms(100)).await;
+    }
+}
+
 pub async fn warm_client(cluster: &crate::support::Cluster) -> redfence::Client {
     let client = new_client(cluster);
     warm_up(&client, cluster).await;

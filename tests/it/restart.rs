@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use redfence::{Client, Error, FailureReason, LockGuard, NodeErrorKind, RestartGuard, Retry};
 
-use crate::helpers::{eventually, ms, report, secs, LOCK_KEYS};
+use crate::helpers::{eventually, ms, nudge_until, report, secs, LOCK_KEYS};
 use crate::support::Cluster;
 
 fn guarded(cluster: &Cluster, window: Duration) -> Client {
@@ -221,19 +221,10 @@ async fn a_restarted_node_gets_its_fences_back_from_a_majority() {
     );
     // Any fenced acquire (of another resource) finds node 0 young and
     // starts the re-seed; "a" and "b" are not touched until it is done.
-    let deadline = Instant::now() + secs(15);
-    while fence(0, "a").is_none() || fence(0, "b").is_none() {
-        assert!(Instant::now() < deadline, "node 0 was never re-seeded");
-        if let Ok(guard) = client
-            .lock("c", secs(1))
-            .retry(Retry::new().with_max_wait(secs(15)))
-            .acquire()
-            .await
-        {
-            guard.release().await;
-        }
-        tokio::time::sleep(ms(100)).await;
-    }
+    nudge_until(&client, secs(15), "node 0 was never re-seeded", || {
+        fence(0, "a").is_some() && fence(0, "b").is_some()
+    })
+    .await;
     assert_eq!(
         vec![fence(0, "a").unwrap(), fence(0, "b").unwrap()],
         expected,

@@ -124,13 +124,8 @@ fn run_as() -> RunAs {
                  or run the tests as a normal user)"
             );
         };
-        let works = Command::new("setpriv")
-            .arg("--version")
-            .stdin(Stdio::null())
-            .output()
-            .is_ok_and(|out| out.status.success());
         assert!(
-            works,
+            process::runs("setpriv"),
             "running as root, which initdb and postgres refuse; running them as the \
              `postgres` user needs setpriv (util-linux), which is missing"
         );

@@ -142,27 +142,32 @@ impl Drop for TempDir {
     }
 }
 
-/// Spawns `cmd` with no stdin and its stdout and stderr into `log` (created
-/// or truncated): config errors are printed there before a server's own log
-/// file takes effect.
+/// Whether `bin --version` runs and exits 0: the program is installed and
+/// works.
+pub fn runs(bin: &str) -> bool {
+    Command::new(bin)
+        .arg("--version")
+        .stdin(Stdio::null())
+        .output()
+        .is_ok_and(|out| out.status.success())
+}
+
 /// The binary named by the environment variable `env`, else `default` from
 /// `PATH`, checked by running it with `--version`: missing means the test
 /// fails naming the Debian `package` to install, never that it skips.
 pub fn checked_bin(env: &str, default: &str, package: &str) -> String {
     let bin = std::env::var(env).unwrap_or_else(|_| default.to_owned());
-    let works = Command::new(&bin)
-        .arg("--version")
-        .stdin(Stdio::null())
-        .output()
-        .is_ok_and(|out| out.status.success());
     assert!(
-        works,
+        runs(&bin),
         "{default} not found: install it (Debian: apt-get install {package}) \
          or set {env} (tried {bin:?})"
     );
     bin
 }
 
+/// Spawns `cmd` with no stdin and its stdout and stderr into `log` (created
+/// or truncated): config errors are printed there before a server's own log
+/// file takes effect.
 pub fn spawn_logged(cmd: &mut Command, log: &Path) -> Child {
     let out = File::create(log).unwrap_or_else(|e| panic!("creating {}: {e}", log.display()));
     let err = out
