@@ -189,9 +189,8 @@ fn main() {
     let _ = one(&rt, secs.min(1.0));
     // Each shape alternates with its own 1 x 1 reference, the base of its
     // ratios, round by round (reference, fair, relay, off; again): the
-    // machine's
-    // speed drifts by up to 40 % within a run, and alternating short
-    // windows puts both sides of a ratio in the same stretch of it.
+    // machine's speed drifts by up to 40 % within a run, and alternating
+    // short windows puts both sides of a ratio in the same stretch of it.
     let mut rows = Vec::new();
     for &(k, t, idle) in &shapes {
         let classic = both && idle == 0;
@@ -525,10 +524,13 @@ fn report(rows: &[Row], secs: f64, rounds: u64) {
         let (base_rate, base_cmds) = (base.rate(), base.per_acq(base.commands));
         let ahead = (r.clients * r.tasks).saturating_sub(1) as f64;
         let bound = ahead / r.rate().max(1e-9) * 1000.0;
-        // The fair row over the relay control of its shape.
-        let relay = rows
-            .iter()
-            .find(|o| o.base == r.base && o.mode == Mode::Relay && r.mode == Mode::Fair);
+        // A fair row over the relay control of its shape.
+        let relay = (r.mode == Mode::Fair)
+            .then(|| {
+                rows.iter()
+                    .find(|o| o.base == r.base && o.mode == Mode::Relay)
+            })
+            .flatten();
         println!(
             "| {} x {}{} | {} | {:.0} | {:.2}x | {} | {} | {:.1} | {:.2}x | {:.2} | {:.3} | {:.1} % | {} | {:.2} | {:.2} | {:.1} | {:.0} + {:.0} | {:.1} | {:.2} | {} |",
             r.clients,
