@@ -96,7 +96,7 @@ async fn handoff(n: usize) -> Handoff {
 /// the holder's release and nothing else (it would also run the waiter's
 /// acquire without the pre-grant), the others run the release and the
 /// acquire. The waiter's token is the home's fence after the release's
-/// move, one above the holder's, and all three nodes hold the same value.
+/// move, one above the holder's, and the home and a majority hold the waiter's one value.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_pregrants_the_home_vote_to_the_named_waiter() {
     let h = handoff(3).await;
@@ -118,9 +118,20 @@ async fn a_release_pregrants_the_home_vote_to_the_named_waiter() {
         "the token is the home's pre-granted fence"
     );
     assert_eq!(h.home_fence, 1003);
+    // The home and a majority hold the waiter's one value. The third node
+    // may hold nothing: on a loaded machine the waiter's acquire can reach
+    // it before the holder's release does, be refused there, and the lock
+    // is granted by the other two (seen with four test threads on 2 cores).
+    let (home, rest) = (&h.values[0], &h.values[1..]);
+    let free = |v: &String| v.is_empty() || v == "(nil)";
     assert!(
-        h.values.iter().all(|v| *v == h.values[0] && !v.is_empty()),
-        "one value on every node: {:?}",
+        !free(home),
+        "the home holds the waiter's value: {:?}",
+        h.values
+    );
+    assert!(
+        rest.iter().all(|v| v == home || free(v)) && rest.iter().any(|v| v == home),
+        "one value on a majority, nothing else anywhere: {:?}",
         h.values
     );
     assert!(h.after < secs(5), "woken {:?} after the release", h.after);

@@ -377,9 +377,11 @@ async fn looping_clients_take_turns_with_each_other() {
     let bounded = looping_clients(&cluster, "bounded", 2).await;
     // The control is a scheduling race that a loaded machine can hide (the
     // other client's fallback timers fire before the holder's own waiters
-    // are scheduled): it must show the domination in one of three runs.
+    // are scheduled): it must show the domination in one of five runs
+    // (three were not always enough with four test threads on 2 cores:
+    // 24 switches in the third).
     let mut unbounded = looping_clients(&cluster, "unbounded", u32::MAX).await;
-    for run in 1..3 {
+    for run in 1..5 {
         if bounded.switches > 3 * unbounded.switches && bounded.longest < unbounded.longest {
             break;
         }
