@@ -1,10 +1,12 @@
 //! Waiting by notification: a blocking acquire that finds the lock taken
 //! sleeps until the holder's release is announced, instead of polling.
 //!
-//! One file for one concept, hence its length (about 850 lines): the
-//! per-resource queues, the notice bookkeeping and the subscription tasks
-//! share one state and one set of invariants (who is head, which notices
-//! count), and split apart they would each need the other's internals.
+//! The per-resource queues, the notice bookkeeping and the subscription
+//! tasks share one state and one set of invariants (who is head, which
+//! notices count). The parts with a concept of their own are child
+//! modules, which see that state without it being opened to the crate:
+//! a waiter's [`Place`] (`notify/place.rs`) and the per-node subscription
+//! task (`notify/subscriber.rs`).
 //!
 //! - The release script `PUBLISH`es on the lock key's notice channel
 //!   (`{key}@{db}`: pub/sub is server-wide, so the channel names the
@@ -12,8 +14,9 @@
 //!   notice id as payload; the up to N copies of one release are counted
 //!   once.
 //! - Each client keeps **one** subscription connection per node, shared by
-//!   all its waiters, driven by one task per node ([`Subscriber`]) that the
-//!   client owns. Channels are subscribed while a resource has waiters.
+//!   all its waiters, driven by one task per node
+//!   (`subscriber::subscriber`) that the client owns. Channels are
+//!   subscribed while a resource has waiters.
 //! - Waiters on one resource form a FIFO queue per client. Only the head
 //!   retries when a release is heard, so one release costs one attempt per
 //!   waiting *client*, not per waiting task: no herd. When the head gets the
@@ -38,19 +41,21 @@
 //!
 //! The pure part, when the holder's keys free a majority, is [`free_in`].
 
-use std::collections::{HashMap, HashSet, VecDeque};
-use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use tokio::sync::{mpsc, Notify};
 use tokio::task::JoinHandle;
 
 use crate::failure::{NodeErrorKind, NodeFailure};
-use crate::metrics;
 use crate::node::Node;
 use crate::pregrant::{naming, Home, Orphan, OrphanHook, Pregrant};
-use crate::resource::{fair_channels, notice_channel, notice_key};
-use crate::subscription::Subscription;
+
+mod place;
+mod subscriber;
+
+pub(crate) use place::Place;
 
 /// Notice ids remembered per resource to count a release once although it
 /// is published on up to N nodes. Copies of one release arrive within a
@@ -444,7 +449,7 @@ impl Waits {
                 .iter()
                 .map(|node| {
                     let (tx, rx) = mpsc::unbounded_channel();
-                    let task = tokio::spawn(subscriber(
+                    let task = tokio::spawn(subscriber::subscriber(
                         node.clone(),
                         Arc::downgrade(&self.shared),
                         rx,
@@ -707,377 +712,6 @@ impl Queue {
             notify.notify_one();
         }
     }
-}
-
-/// A waiter's place in its resource's queue. Dropping it leaves the queue
-/// (the next waiter becomes head; the last one unsubscribes).
-#[derive(Debug)]
-pub(crate) struct Place {
-    shared: Arc<Shared>,
-    key: Arc<str>,
-    id: u64,
-    notify: Arc<Notify>,
-    /// Left with the lock: its ticket is the holder's, not one that left.
-    granted: bool,
-}
-
-/// What a waiter at the head of the queue sees.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Head {
-    /// The release counter: retry when it moves.
-    pub(crate) heard: u64,
-    /// The counter when this waiter became head.
-    pub(crate) since: u64,
-    /// Clients (this one included) that heard the last release: how many
-    /// heads may retry at once.
-    pub(crate) competitors: u64,
-    /// When the queue last heard a release.
-    pub(crate) last_heard: Option<Instant>,
-    /// The keys' expiry of the local waiter that got the lock last.
-    pub(crate) holder_until: Option<Instant>,
-}
-
-impl Place {
-    /// `Some` when this waiter is at the head of its queue.
-    pub(crate) fn head(&self) -> Option<Head> {
-        let queues = self.shared.lock();
-        let queue = queues.get(&self.key)?;
-        let (id, _, _) = queue.waiters.front()?;
-        (*id == self.id).then_some(Head {
-            heard: queue.heard,
-            since: queue.head_since,
-            last_heard: queue.last_heard,
-            competitors: queue.competitors,
-            holder_until: queue.holder_until,
-        })
-    }
-
-    /// Sleeps until woken (a release heard while head, or becoming head) or
-    /// `until`. Wake-ups may be spurious; the caller re-checks.
-    pub(crate) async fn wait(&self, until: Instant) {
-        // A `notify_one` that raced ahead of this call left a permit, so no
-        // wake-up is lost between the caller's check and this await.
-        let _ = tokio::time::timeout_at(until.into(), self.notify.notified()).await;
-    }
-
-    /// Whether a release named this waiter's ticket since it last looked
-    /// (its turn in the fair queue), with the home's vote when that
-    /// release pre-granted it; consumes the naming.
-    pub(crate) fn take_named(&self) -> Option<Option<Pregrant>> {
-        let mut queues = self.shared.lock();
-        let queue = queues.get_mut(&self.key)?;
-        let at = queue.named.iter().position(|(id, _)| *id == self.id)?;
-        Some(queue.named.swap_remove(at).1)
-    }
-
-    /// Until when this client last asked the home node to keep the fair
-    /// queue's key (see [`Queue::kept_until`]).
-    pub(crate) fn kept_until(&self) -> Option<Instant> {
-        self.shared.lock().get(&self.key).and_then(|q| q.kept_until)
-    }
-
-    /// Records a `PEXPIRE` of the fair queue's key sent by this client: the
-    /// key lives until `until`, as far as this client knows (a look's, or
-    /// another client's, may have shortened it; `None` forgets).
-    pub(crate) fn kept(&self, until: Option<Instant>) {
-        if let Some(queue) = self.shared.lock().get_mut(&self.key) {
-            queue.kept_until = until;
-        }
-    }
-
-    /// When the first waiter should look at the fair queue although no
-    /// release named it (see [`Queue::look_at`]).
-    pub(crate) fn look_at(&self) -> Option<Instant> {
-        self.shared.lock().get(&self.key).and_then(|q| q.look_at)
-    }
-
-    /// The fair queue's home stopped answering: the queue becomes a classic
-    /// one (subscribed on every node, every release wakes the head) until
-    /// it is reaped, and this waiter goes on as a classic waiter.
-    pub(crate) fn widen(&self) {
-        let widened = {
-            let mut queues = self.shared.lock();
-            queues
-                .get_mut(&self.key)
-                .and_then(|q| q.fair.take())
-                .is_some()
-        };
-        if widened {
-            self.shared.command(|| Command::Subscribe(self.key.clone()));
-        }
-    }
-
-    /// The first waiter looked: clears [`look_at`](Self::look_at).
-    pub(crate) fn looked(&self) {
-        if let Some(queue) = self.shared.lock().get_mut(&self.key) {
-            queue.look_at = None;
-        }
-    }
-
-    /// Another waiter of this client holds `ticket`, which this one's look
-    /// found at the head of the queue: tells it to attempt (its own timers
-    /// may not run, another of its client's waiters being first). Returns
-    /// whether such a waiter is here.
-    pub(crate) fn prod(&self, ticket: &str) -> bool {
-        self.shared
-            .lock()
-            .get_mut(&self.key)
-            .is_some_and(|queue| queue.prod(ticket))
-    }
-
-    /// Whether another waiter of this client prodded this one; consumes it.
-    pub(crate) fn take_prodded(&self) -> bool {
-        let mut queues = self.shared.lock();
-        let Some(queue) = queues.get_mut(&self.key) else {
-            return false;
-        };
-        let before = queue.prodded.len();
-        queue.prodded.retain(|id| *id != self.id);
-        queue.prodded.len() != before
-    }
-
-    /// Whether this waiter is the first of its client's waiters on the
-    /// resource: the one whose timers stand for them all.
-    pub(crate) fn is_first(&self) -> bool {
-        self.head().is_some()
-    }
-
-    /// Leaves the queue after getting the lock, whose keys expire at
-    /// `expires_at`; the next waiter waits for this holder's release.
-    pub(crate) fn acquired(mut self, expires_at: Instant) {
-        if let Some(queue) = self.shared.lock().get_mut(&self.key) {
-            queue.holder_until = Some(expires_at);
-        }
-        // The ticket is the holder's now, not one that left: a naming of
-        // it (a release heard while we hold) sends no look.
-        self.granted = true;
-    }
-}
-
-impl Drop for Place {
-    fn drop(&mut self) {
-        let now = Instant::now();
-        let orphan;
-        {
-            let mut queues = self.shared.lock();
-            let Some(queue) = queues.get_mut(&self.key) else {
-                return;
-            };
-            let was_head = queue
-                .waiters
-                .front()
-                .is_some_and(|(id, _, _)| *id == self.id);
-            let ticket = queue
-                .waiters
-                .iter()
-                .find(|(id, _, _)| *id == self.id)
-                .and_then(|(_, _, ticket)| ticket.clone());
-            if let Some(ticket) = ticket.as_ref().filter(|_| !self.granted) {
-                if queue.left.len() == RECENT_NOTICES {
-                    queue.left.pop_front();
-                }
-                queue.left.push_back(ticket.clone());
-            }
-            queue.waiters.retain(|(id, _, _)| *id != self.id);
-            // A naming this waiter never took: its pre-granted vote is
-            // released.
-            let untaken = queue
-                .named
-                .iter()
-                .position(|(id, _)| *id == self.id)
-                .map(|at| queue.named.swap_remove(at).1);
-            orphan = match (ticket, untaken) {
-                (Some(ticket), Some(pregrant)) => queue.orphan(&self.key, ticket, pregrant),
-                _ => None,
-            };
-            queue.prodded.retain(|id| *id != self.id);
-            if queue.waiters.is_empty() {
-                // Lingers, subscribed; reaped after LINGER.
-                queue.idle_since = Some(now);
-            } else if was_head {
-                queue.head_since = queue.heard;
-                if let Some((_, next, _)) = queue.waiters.front() {
-                    next.notify_one();
-                }
-            }
-        }
-        self.shared.orphaned(orphan);
-        self.shared.reap(now);
-    }
-}
-
-/// One node's subscription connection: connects (with back-off), keeps the
-/// wanted channels subscribed across reconnects, and reports releases.
-/// Every wait is bounded by the node's connect timeout; a node that stops
-/// answering costs only its own notifications (the waiters' fallback covers
-/// them).
-async fn subscriber(
-    node: Arc<Node>,
-    shared: Weak<Shared>,
-    mut commands: mpsc::UnboundedReceiver<Command>,
-    tag: Arc<str>,
-) {
-    let timeout = node.connect_timeout();
-    // The queue names lock keys; the channels carry the database too.
-    let db = node.db();
-    let mut wanted = Wanted::default();
-    // Every task reaps the lingering queues (any one would do; reaping is
-    // idempotent), so subscriptions end even when no waiter comes again.
-    let mut reaping = tokio::time::interval(LINGER);
-    reaping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut pause = RESUBSCRIBE_MIN;
-    let mut connected_before = false;
-    // Whether the last try failed (connect, or a subscribe refused: an ACL
-    // user without SUBSCRIBE, say): the next waits `pause`, doubling, so a
-    // refusal is not retried in a tight loop of new connections.
-    let mut failed = false;
-    loop {
-        if failed {
-            // Keep the wanted set current while down.
-            let until = tokio::time::Instant::now() + pause;
-            loop {
-                tokio::select! {
-                    command = commands.recv() => match command {
-                        Some(command) => apply(&mut wanted, command),
-                        None => return,
-                    },
-                    _ = reaping.tick() => {
-                        let Some(shared) = shared.upgrade() else { return };
-                        shared.reap(Instant::now());
-                    }
-                    () = tokio::time::sleep_until(until) => break,
-                }
-            }
-            pause = (pause * 2).min(node.backoff_max());
-        }
-        failed = true;
-        let connection = tokio::time::timeout(timeout, Subscription::connect(&node)).await;
-        let Ok(Ok(mut subscription)) = connection else {
-            tracing::debug!(node = %node.addr(), "subscription connect failed");
-            continue;
-        };
-        // The server this connection talks to started before now.
-        let connected_at = Instant::now();
-        if !wanted.is_empty() {
-            let channels = wanted.channels(db, &tag);
-            match tokio::time::timeout(timeout, subscription.subscribe(channels)).await {
-                Ok(Ok(())) => {}
-                Ok(Err(e)) => {
-                    tracing::warn!(node = %node.addr(), error = %e, "SUBSCRIBE refused: waiters on this node wait by their retry policy");
-                    continue;
-                }
-                Err(_) => continue,
-            }
-            let Some(shared) = shared.upgrade() else {
-                return;
-            };
-            for key in wanted.keys() {
-                shared.confirmed(key, connected_before);
-            }
-        }
-        connected_before = true;
-        pause = RESUBSCRIBE_MIN;
-        failed = false;
-        loop {
-            tokio::select! {
-                command = commands.recv() => {
-                    let Some(command) = command else { return };
-                    let (subscribe, unsubscribe) = wanted.change(&command, db, &tag);
-                    let mut ok = true;
-                    if !subscribe.is_empty() {
-                        ok = matches!(tokio::time::timeout(timeout, subscription.subscribe(subscribe)).await, Ok(Ok(())));
-                        if ok {
-                            let Some(shared) = shared.upgrade() else { return };
-                            if let Command::Subscribe(key) | Command::SubscribeFair(key) = &command {
-                                shared.confirmed(key, false);
-                            }
-                        }
-                    }
-                    if ok && !unsubscribe.is_empty() {
-                        ok = matches!(tokio::time::timeout(timeout, subscription.unsubscribe(unsubscribe)).await, Ok(Ok(())));
-                    }
-                    if !ok {
-                        // Reconnect (after a pause): the new connection
-                        // subscribes to what is wanted then.
-                        failed = true;
-                        break;
-                    }
-                }
-                _ = reaping.tick() => {
-                    let Some(shared) = shared.upgrade() else { return };
-                    shared.reap(Instant::now());
-                }
-                message = subscription.next() => {
-                    let Some((channel, payload)) = message else { break };
-                    let Some(shared) = shared.upgrade() else { return };
-                    let Some(key) = notice_key(&channel, db) else {
-                        continue;
-                    };
-                    metrics::release_notice(node.addr());
-                    let payload = String::from_utf8_lossy(&payload);
-                    shared.heard_from(key, &payload, node.index(), connected_at);
-                }
-            }
-        }
-        tracing::debug!(node = %node.addr(), "subscription connection lost");
-    }
-}
-
-/// The keys a subscription connection is subscribed for: classic keys
-/// (their notice channel) and fair-queue keys (the marker and this
-/// client's own channel).
-#[derive(Debug, Default)]
-struct Wanted {
-    classic: HashSet<Arc<str>>,
-    fair: HashSet<Arc<str>>,
-}
-
-impl Wanted {
-    fn is_empty(&self) -> bool {
-        self.classic.is_empty() && self.fair.is_empty()
-    }
-
-    fn keys(&self) -> impl Iterator<Item = &Arc<str>> {
-        self.classic
-            .iter()
-            .chain(self.fair.difference(&self.classic))
-    }
-
-    /// Every channel, for a new connection.
-    fn channels(&self, db: i64, tag: &str) -> Vec<String> {
-        let classic = self.classic.iter().map(|k| notice_channel(k, db));
-        let fair = self.fair.iter().flat_map(|k| fair_channels(k, db, tag));
-        classic.chain(fair).collect()
-    }
-
-    /// Applies `command`; returns the channels to subscribe and to
-    /// unsubscribe on the live connection.
-    fn change(&mut self, command: &Command, db: i64, tag: &str) -> (Vec<String>, Vec<String>) {
-        match command {
-            Command::Subscribe(key) if self.classic.insert(key.clone()) => {
-                (vec![notice_channel(key, db)], Vec::new())
-            }
-            Command::SubscribeFair(key) if self.fair.insert(key.clone()) => {
-                (fair_channels(key, db, tag).to_vec(), Vec::new())
-            }
-            Command::Unsubscribe(key) => {
-                let mut gone = Vec::new();
-                if self.classic.remove(key) {
-                    gone.push(notice_channel(key, db));
-                }
-                if self.fair.remove(key) {
-                    gone.extend(fair_channels(key, db, tag));
-                }
-                (Vec::new(), gone)
-            }
-            _ => (Vec::new(), Vec::new()),
-        }
-    }
-}
-
-fn apply(wanted: &mut Wanted, command: Command) {
-    // While disconnected: the next connection subscribes what is wanted.
-    let _ = wanted.change(&command, 0, "");
 }
 
 #[cfg(test)]
