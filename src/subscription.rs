@@ -1,6 +1,6 @@
-//! One node's subscription connection, as `notify.rs` drives it: on a
-//! plain node a RESP2 pub/sub connection (`SUBSCRIBE`); on a Redis Cluster
-//! node redis-rs's cluster connection in RESP3, subscribed with
+//! One node's subscription connection, as `notify/subscriber.rs` drives
+//! it: on a plain node a RESP2 pub/sub connection (`SUBSCRIBE`); on a Redis
+//! Cluster node redis-rs's cluster connection in RESP3, subscribed with
 //! `SSUBSCRIBE` (sharded pub/sub, Redis 7) so that each notice travels only
 //! within the shard of its lock key (the release script `SPUBLISH`es there)
 //! rather than across the whole cluster bus. The cluster connection follows
