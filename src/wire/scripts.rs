@@ -17,7 +17,7 @@
 //! values in `ARGV[]`; nothing is spliced into script text, so the scripts
 //! are constants and their SHA1 is computed once per process.
 //!
-//! Sending: every connection loads the lock's scripts ([`LOCK_SCRIPTS`]) in
+//! Sending: every connection loads the lock's scripts ([`lock_scripts`]) in
 //! its handshake, in the same round trip as its `INFO` and `ROLE`, so a
 //! fresh or restarted server has them before the first `EVALSHA`. A server
 //! whose cache was flushed since answers `NOSCRIPT`; we then send `EVAL`

@@ -20,6 +20,23 @@ fn scripts(cluster: &Cluster) -> Vec<u64> {
     cluster.nodes.iter().map(|n| calls(n, "evalsha")).collect()
 }
 
+/// The script counts once no node has run one for 100 ms (at most 5 s):
+/// the previous round's background work (a release's stragglers, a failed
+/// attempt's cleanup) must not land in the next round's count, as it did
+/// once with six test threads and a busy core ([1, 2, 3]).
+async fn scripts_at_rest(cluster: &Cluster) -> Vec<u64> {
+    let mut last = scripts(cluster);
+    for _ in 0..50 {
+        tokio::time::sleep(ms(100)).await;
+        let now = scripts(cluster);
+        if now == last {
+            break;
+        }
+        last = now;
+    }
+    last
+}
+
 /// What one handoff from a holder to a named waiter cost and gave.
 struct Handoff {
     /// Scripts each node ran from the release to the waiter's grant.
@@ -53,12 +70,17 @@ async fn handoff(n: usize) -> Handoff {
         }
         let holder = a.acquire(&resource, secs(30)).await.unwrap();
         let holder_token = holder.token().unwrap().get();
+        // From the second round on the holder's own ticket may be in the
+        // queue (its client joined: its last release named a waiter);
+        // counted once the last round's releases have all landed.
+        scripts_at_rest(&cluster).await;
+        let ahead = queued(&cluster, &resource);
         let waiter = spawn_notice_waiter(b.clone(), resource.clone());
         assert!(
-            eventually(secs(10), || queued(&cluster, &resource) == 1).await,
+            eventually(secs(10), || queued(&cluster, &resource) == ahead + 1).await,
             "the waiter queued"
         );
-        let (before, attempts) = (scripts(&cluster), b.stats().attempts);
+        let (before, attempts) = (scripts_at_rest(&cluster).await, b.stats().attempts);
         let (got, after) = release_and_wait(holder, waiter, secs(30)).await;
         let guard = got.expect("the waiter gets the lock");
         let scripts = scripts(&cluster)
@@ -84,12 +106,20 @@ async fn handoff(n: usize) -> Handoff {
             after,
         };
         guard.release().await;
-        if b.stats().attempts - attempts == 1 {
+        // Another node than the home running more than the release and the
+        // acquire is background work landing late (seen once in five runs
+        // with a busy core: [1, 2, 3]): that round says nothing either. A
+        // regression that costs scripts every time still fails, after 5.
+        let others_clean = handoff.scripts.iter().skip(1).all(|&n| n == 2);
+        if b.stats().attempts - attempts == 1 && others_clean {
             return handoff;
         }
-        println!("a named attempt raced the holder's release: again");
+        println!(
+            "a named attempt raced the holder's release, or late work landed ({:?}): again",
+            handoff.scripts
+        );
     }
-    panic!("5 rounds in which the named attempt raced the holder's release");
+    panic!("5 rounds in which the named attempt raced the holder's release or late work landed");
 }
 
 /// On 3 nodes the named waiter asks only the two others: the home runs

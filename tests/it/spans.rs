@@ -93,8 +93,28 @@ impl Capture {
     /// Makes this capture the current thread's default subscriber until the
     /// guard is dropped.
     pub fn install(&self) -> tracing::subscriber::DefaultGuard {
-        tracing::subscriber::set_default(tracing_subscriber::registry().with(self.clone()))
+        scoped(tracing_subscriber::registry().with(self.clone()))
     }
+}
+
+/// `set_default` that other test threads cannot undo. `tracing` caches
+/// one interest per callsite for the whole process, computed when the
+/// callsite is first reached; while a single dispatcher is registered it
+/// asks the reaching thread's default only, so a test thread without a
+/// subscriber reaching a span first disables it everywhere, this capture
+/// included (`postgres::writes_reads_and_updates_have_spans_without_the_value`
+/// lost its `fenced_read` span once with six test threads). A second
+/// dispatcher kept alive for the process makes every later callsite ask all
+/// of them, and the rebuild re-asks those reached before.
+pub fn scoped<S>(subscriber: S) -> tracing::subscriber::DefaultGuard
+where
+    S: tracing::Subscriber + Send + Sync + 'static,
+{
+    static PINNED: std::sync::OnceLock<tracing::Dispatch> = std::sync::OnceLock::new();
+    PINNED.get_or_init(|| tracing::Dispatch::new(tracing_subscriber::registry()));
+    let guard = tracing::subscriber::set_default(subscriber);
+    tracing::callsite::rebuild_interest_cache();
+    guard
 }
 
 struct Fields<'a>(&'a mut Vec<(String, String)>);
@@ -433,7 +453,7 @@ async fn every_operation_has_a_span_with_its_outcome_and_no_secret() {
 async fn a_subscriber_at_info_gets_only_the_warning() {
     let cluster = Cluster::start(3);
     let capture = Capture::default();
-    let subscriber = tracing::subscriber::set_default(
+    let subscriber = scoped(
         tracing_subscriber::registry()
             .with(tracing_subscriber::filter::LevelFilter::INFO)
             .with(capture.clone()),
