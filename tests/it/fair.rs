@@ -1221,8 +1221,13 @@ fn processes_keep_safe_turns_through_a_home_restarted_empty() {
         .filter(|g| g.granted > restarted)
         .map(|g| g.who)
         .collect();
+    // Per process (a task's id is process × 100 + task), for a run that
+    // misses some: one process's four, or tasks spread over several?
+    let per_process: Vec<usize> = (0..4)
+        .map(|p| after.iter().filter(|&&who| who / 100 == p).count())
+        .collect();
     println!(
-        "home restarted empty under 4 processes x 4 tasks: {} grants, {} after the restart by {} tasks, {failed} failed acquires",
+        "home restarted empty under 4 processes x 4 tasks: {} grants, {} after the restart by {} tasks ({per_process:?} per process), {failed} failed acquires",
         history.len(),
         history.iter().filter(|g| g.granted > restarted).count(),
         after.len()
