@@ -21,6 +21,7 @@ use crate::notify::{free_in, Place};
 use crate::pregrant::Pregrant;
 use crate::protocol::attempt::{attempt_pregranted, Pregranted};
 use crate::protocol::queue::{self, Look};
+use crate::protocol::release::release_handed;
 use crate::protocol::shared::{Grant, Shared, Target};
 use crate::resource::{pregrant_value, push_hex};
 use crate::retry::{jitter, Retry};
@@ -233,7 +234,9 @@ async fn fair_wait(
     if target.home.pregrant_fence.is_some() {
         // The TTL the home's release sets when it pre-grants this ticket
         // its vote.
-        ticket.push('-');
+        // `h`: this client takes handovers (step 4); a release whose
+        // script predates them sees the TTL all the same.
+        ticket.push_str("h-");
         ticket.push_str(&target.ttl.millis().to_string());
     }
     let ticket: Arc<str> = ticket.into();
@@ -278,6 +281,13 @@ async fn fair_wait(
         target,
         ticket: Some(waiter.ticket.clone()),
     };
+    // Keys a handover left to this waiter, released if it does not take
+    // them (its attempt failed, or it was dropped).
+    let mut handed = Handed {
+        shared,
+        target,
+        value: None,
+    };
     let quick_budget = shared.config.node_timeout;
     let mut quick = QuickRetries::new(quick_budget);
     loop {
@@ -304,8 +314,16 @@ async fn fair_wait(
         let probe = waiter.attempts > 1
             || waiter.queued
             || (target.fence.is_some() && retry.allows_another(waiter.attempts));
+        if let Some(value) = waiter.pregrant.as_mut().and_then(|p| p.handed.take()) {
+            handed.take_over(value);
+        }
         let pregranted = waiter.pregranted();
-        match attempt_pregranted(shared, target, probe, pregranted).await {
+        let result =
+            attempt_pregranted(shared, target, probe, pregranted, handed.value.as_deref()).await;
+        // Granted, the keys it replaced are ours; refused, those it did
+        // not reach are released now.
+        handed.done(result.is_ok());
+        match result {
             Ok(mut grant) => {
                 leave.ticket = None;
                 if waiter.queued {
@@ -373,6 +391,47 @@ async fn fair_wait(
                 );
                 last = Some(failure);
             }
+        }
+    }
+}
+
+/// The keys a release handed over to this waiter (DESIGN.md, section 2,
+/// fair queue, step 4): the released holder's value, which its attempt
+/// replaces on the nodes other than the home. Released on every such node
+/// when the waiter does not take them: its attempt failed (there they
+/// could only block the next waiter) or the waiter was dropped.
+struct Handed<'a> {
+    shared: &'a Arc<Shared>,
+    target: &'a Target,
+    value: Option<Arc<str>>,
+}
+
+impl Handed<'_> {
+    /// A naming handed this waiter `value`; the keys of an earlier
+    /// handover it has not taken are released.
+    fn take_over(&mut self, value: Arc<str>) {
+        if let Some(old) = self.value.replace(value) {
+            self.release(old);
+        }
+    }
+
+    /// The attempt that carried the value was decided: `granted`, the keys
+    /// it replaced are the waiter's; else the rest are released.
+    fn done(&mut self, granted: bool) {
+        if let Some(old) = self.value.take().filter(|_| !granted) {
+            self.release(old);
+        }
+    }
+
+    fn release(&self, value: Arc<str>) {
+        release_handed(self.shared, &self.target.key, &self.target.home, value);
+    }
+}
+
+impl Drop for Handed<'_> {
+    fn drop(&mut self) {
+        if let Some(value) = self.value.take() {
+            self.release(value);
         }
     }
 }

@@ -192,7 +192,10 @@ impl LockGuard {
     /// expired and was taken by someone else is left alone) and reports how
     /// many nodes confirmed. Returns as soon as a majority confirmed (or
     /// could no longer confirm), and after at most one node timeout; see
-    /// [`Released::pending`]. The watchdog, if any, is stopped first.
+    /// [`Released::pending`]. With waiters in the fair queue, the home
+    /// node may instead hand the lock over to the next one, which then
+    /// replaces our keys on the other nodes; see [`Released::handed_over`].
+    /// The watchdog, if any, is stopped first.
     pub async fn release(mut self) -> Released {
         self.released = true;
         if let Some(watchdog) = self.watchdog.take() {
@@ -206,6 +209,7 @@ impl LockGuard {
             confirmed = Empty,
             nodes = Empty,
             pending = Empty,
+            handed_over = Empty,
             elapsed = Empty,
         );
         let released = release(&self.shared, &self.lease.held())
@@ -214,12 +218,14 @@ impl LockGuard {
         span.record("confirmed", released.confirmed)
             .record("nodes", released.nodes)
             .record("pending", released.pending)
+            .record("handed_over", released.handed_over)
             .record("elapsed", field::debug(started.elapsed()));
         span.in_scope(|| {
             tracing::debug!(
                 confirmed = released.confirmed,
                 nodes = released.nodes,
                 pending = released.pending,
+                handed_over = released.handed_over,
                 "released"
             )
         });

@@ -186,14 +186,22 @@ impl Busy {
     /// This client's release named `ticket`, one of this client's, in its
     /// reply (not by a notice: `fence` is the pre-granted fence, or ""),
     /// with `notice` its own notice id; `since`: when the server that
-    /// answered started, as far as the client knows.
-    pub(crate) fn named_here(&self, ticket: &str, notice: &str, fence: &str, since: Instant) {
-        let rest = if fence.is_empty() {
-            ticket.to_owned()
-        } else {
-            format!("{ticket}:{fence}")
-        };
-        let (ticket, pregrant) = naming(&rest, notice, since);
+    /// answered started, as far as the client knows; `handed`: the
+    /// releasing holder's value when the release handed the lock over.
+    pub(crate) fn named_here(
+        &self,
+        ticket: &str,
+        notice: &str,
+        fence: &str,
+        since: Instant,
+        handed: Option<Arc<str>>,
+    ) {
+        let pregrant = (!fence.is_empty()).then(|| Pregrant {
+            notice: notice.into(),
+            fence: fence.parse().ok(),
+            since,
+            handed,
+        });
         let orphan = {
             let mut queues = self.shared.lock();
             let Some(queue) = queues.get_mut(&self.key) else {
@@ -326,6 +334,20 @@ impl Waits {
             shared: self.shared.clone(),
             key: key.clone(),
         }
+    }
+
+    /// Whether a release of `key` should ask the home to hand the lock
+    /// over to the next fair waiter (DESIGN.md, section 2, fair queue,
+    /// step 4): the key has a fair queue here and it is contended, by
+    /// waiters of this client or by the tickets this client's last release
+    /// or naming found. The release then waits for the home's answer
+    /// before it releases the other nodes, so it is asked only where a
+    /// waiter is likely.
+    pub(crate) fn hands_over(&self, key: &str) -> bool {
+        self.shared
+            .lock()
+            .get(key)
+            .is_some_and(|q| q.fair.is_some() && (q.busy || !q.waiters.is_empty()))
     }
 
     /// The prefix of this client's cleanup notices.
@@ -654,8 +676,13 @@ impl Queue {
                 // itself as likely as not) keeps the vote the first one
                 // carried; a new pre-grant means the old key was deleted.
                 Some((_, kept)) => {
-                    if pregrant.is_some() {
-                        *kept = pregrant;
+                    if let Some(mut pregrant) = pregrant {
+                        // Keys an earlier handover left stay this
+                        // waiter's to replace.
+                        if pregrant.handed.is_none() {
+                            pregrant.handed = kept.as_mut().and_then(|k| k.handed.take());
+                        }
+                        *kept = Some(pregrant);
                     }
                 }
                 None => self.named.push((*id, pregrant)),
@@ -674,11 +701,13 @@ impl Queue {
 
     /// The [`Orphan`] of `pregrant`, if any and the home is known.
     fn orphan(&self, key: &str, ticket: Arc<str>, pregrant: Option<Pregrant>) -> Option<Orphan> {
+        let pregrant = pregrant?;
         Some(Orphan {
             key: key.into(),
             home: self.home.clone()?,
             ticket,
-            notice: pregrant?.notice,
+            notice: pregrant.notice,
+            handed: pregrant.handed,
         })
     }
 
@@ -944,6 +973,7 @@ mod tests {
             notice: "n1".into(),
             fence: Some(1002),
             since,
+            handed: None,
         };
         assert_eq!(a.take_named(), Some(Some(vote)));
         assert_eq!(a.take_named(), None);

@@ -36,26 +36,38 @@ pub(crate) struct Pregrant {
     /// When the subscription connection that carried the notice connected:
     /// the server that set the key was already running then.
     pub(crate) since: Instant,
+    /// The released holder's value, when its release handed the lock over
+    /// (DESIGN.md, section 2, fair queue, step 4): its keys on the other
+    /// nodes are left for this waiter's acquire to replace.
+    pub(crate) handed: Option<Arc<str>>,
 }
 
 /// A naming's payload after `{notice}:{listeners}:`, that is
-/// `{ticket}[:{fence}]`: the ticket, and the vote when a fence follows.
-/// `notice` is the payload's first field, `since` the connection's connect
-/// instant.
+/// `{ticket}[:{fence}[:{holder's value}]]`: the ticket, the vote when a
+/// fence follows, and the handover when the released holder's value
+/// follows (a value has colons of its own: it is the rest). `notice` is
+/// the payload's first field, `since` the connection's connect instant.
 pub(crate) fn naming<'a>(
     rest: &'a str,
     notice: &str,
     since: Instant,
 ) -> (&'a str, Option<Pregrant>) {
     match rest.split_once(':') {
-        Some((ticket, fence)) => (
-            ticket,
-            Some(Pregrant {
-                notice: notice.into(),
-                fence: fence.parse().ok(),
-                since,
-            }),
-        ),
+        Some((ticket, vote)) => {
+            let (fence, handed) = match vote.split_once(':') {
+                Some((fence, value)) if !value.is_empty() => (fence, Some(value.into())),
+                _ => (vote, None),
+            };
+            (
+                ticket,
+                Some(Pregrant {
+                    notice: notice.into(),
+                    fence: fence.parse().ok(),
+                    since,
+                    handed,
+                }),
+            )
+        }
         None => (rest, None),
     }
 }
@@ -70,6 +82,9 @@ pub(crate) struct Orphan {
     pub(crate) home: Home,
     pub(crate) ticket: Arc<str>,
     pub(crate) notice: Arc<str>,
+    /// The released holder's value when its release handed the lock over:
+    /// its keys on the other nodes are released too.
+    pub(crate) handed: Option<Arc<str>>,
 }
 
 /// What the client does with an [`Orphan`] (`protocol::release`): set
@@ -98,9 +113,20 @@ mod tests {
             Some(Pregrant {
                 notice: "n1".into(),
                 fence: Some(1002),
-                since
+                since,
+                handed: None,
             })
         );
+        // A handover carries the released holder's value, colons and all.
+        let (named, vote) = naming(
+            "aaaaaaaa0000000000000001h-30000:1002:bbbbbbbb:0123:n0",
+            "n1",
+            since,
+        );
+        assert_eq!(named, "aaaaaaaa0000000000000001h-30000");
+        let vote = vote.expect("a vote");
+        assert_eq!(vote.fence, Some(1002));
+        assert_eq!(vote.handed.as_deref(), Some("bbbbbbbb:0123:n0"));
         // An unreadable fence still says the key was set: the home is
         // asked then.
         let (_, vote) = naming("aaaaaaaa0000000000000001-30000:x", "n1", since);

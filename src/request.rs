@@ -514,7 +514,7 @@ impl LockRequest {
             Ok(work.await)
         };
         let released = guard.release().await;
-        if released.confirmed < released.nodes {
+        if released.confirmed + released.handed_over < released.nodes {
             tracing::debug!(
                 confirmed = released.confirmed,
                 nodes = released.nodes,

@@ -47,7 +47,7 @@ pub(crate) async fn attempt(
     target: &Target,
     probe: bool,
 ) -> Result<Grant, QuorumFailure> {
-    attempt_pregranted(shared, target, probe, None).await
+    attempt_pregranted(shared, target, probe, None, None).await
 }
 
 /// The home node's vote that the release naming a fair waiter pre-granted
@@ -66,12 +66,15 @@ pub(crate) struct Pregranted {
 }
 
 /// [`attempt`], with the value and the home's vote of a pre-grant when
-/// given (fenced targets only).
+/// given, and the value of the holder whose release handed the lock over
+/// (`handed`: a key holding it counts as free; DESIGN.md, section 2, fair
+/// queue, step 4). Fenced targets only.
 pub(crate) async fn attempt_pregranted(
     shared: &Arc<Shared>,
     target: &Target,
     probe: bool,
     pregranted: Option<Pregranted>,
+    handed: Option<&str>,
 ) -> Result<Grant, QuorumFailure> {
     let pregranted = pregranted.filter(|_| target.fence.is_some());
     let credited = pregranted.as_ref().and_then(|p| {
@@ -116,9 +119,17 @@ pub(crate) async fn attempt_pregranted(
         // With fencing, the SET NX and the fence's move in one script.
         Some(fence_key) => {
             // Built once for every node; numbers go in without a `String`.
-            let mut evalsha = ACQUIRE.evalsha_keys(&[key, fence_key], value.len() + 48);
+            let more = value.len() + handed.map_or(0, str::len) + 48;
+            let mut evalsha = ACQUIRE.evalsha_keys(&[key, fence_key], more);
             evalsha.arg(value).arg(ttl_ms).arg(clock_seed());
-            if pregranted.is_some() && credited.is_none() {
+            let own = pregranted.is_some() && credited.is_none();
+            if let Some(handed) = handed {
+                // The released holder's keys count as free.
+                evalsha
+                    .arg(if probe { "1" } else { "" })
+                    .arg(if own { "1" } else { "" })
+                    .arg(handed);
+            } else if own {
                 // The home holds the key for this value already: it says
                 // yes again, with a fresh TTL.
                 evalsha.arg(if probe { "1" } else { "" }).arg(1);

@@ -2,16 +2,17 @@
 //! returning at the majority; the rest finishes in the background. Also
 //! the release of a failed attempt, and of a guard dropped without one.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
 use tracing::Instrument;
 
 use crate::failure::{NodeErrorKind, NodeFailure};
-use crate::fanout::{node_set, FanOut};
+use crate::fanout::{all_nodes, node_set, FanOut, NodeSet};
 use crate::fence::clock_seed;
 use crate::node::Settled;
-use crate::pregrant::Orphan;
+use crate::pregrant::{Home, Orphan};
 use crate::protocol::shared::{Held, Shared};
 use crate::resource::{notice_channel, pregrant_value};
 use crate::wire::commands::parse_flag;
@@ -32,24 +33,91 @@ pub struct Released {
     /// timeout ran out). Their release is still sent (it is queued behind
     /// our acquire on the same connection) and finishes in the background.
     pub pending: usize,
+    /// Nodes whose key this release left to the fair queue's next waiter,
+    /// whose acquire replaces it (a *handover*: the home node deleted our
+    /// key and named that waiter, and it is the only one that can take
+    /// those keys; if it never does, they expire with our TTL). 0 when the
+    /// release deleted everywhere. DESIGN.md, section 2, fair queue,
+    /// step 4.
+    pub handed_over: usize,
 }
 
 /// Compare-and-delete on the nodes the lock may have reached. Returns once
 /// the outcome is certain (a majority confirmed, so the lock is free for
 /// others, or a majority can no longer confirm) or after one node timeout;
-/// the rest finish in the background.
+/// the rest finish in the background. On a contended fair queue
+/// ([`Waits::hands_over`](crate::notify::Waits::hands_over)) the home node
+/// is asked first to hand the lock over to the next waiter; the other
+/// nodes are released only if it did not.
 pub(crate) async fn release(shared: &Shared, held: &Held) -> Released {
     // If this future is dropped before the fan-out is handed off, resend
     // the release in the background (compare-and-delete is idempotent).
     let mut cleanup = ReleaseOnDrop::new(shared, held);
-    let mut fan = send_release(shared, held);
+    let notice_id = held.notice_id();
+    let home = node_set([held.home.index]);
+    let mut credited = 0;
+    // The home's failure in the first step, if it was asked first.
+    let mut first = None;
+    if held.granted && held.home.pregrant_fence.is_some() && shared.waits.hands_over(&held.key) {
+        let handed = Arc::new(AtomicBool::new(false));
+        let wait = Instant::now() + shared.config.node_timeout;
+        let mut fan = send_release(
+            shared,
+            held,
+            notice_id.clone(),
+            home,
+            0,
+            Some(&handed),
+            wait,
+        );
+        fan.hear_rest().await;
+        if handed.load(Ordering::Acquire) {
+            cleanup.disarm();
+            let others = (held.sent & !home).count_ones() as usize;
+            return Released {
+                confirmed: 1,
+                nodes: shared.nodes.len(),
+                failures: Vec::new(),
+                pending: 0,
+                handed_over: others,
+            };
+        }
+        if fan.tally().yes() == 1 {
+            credited = home;
+        }
+        first = Some(
+            fan.failures()
+                .into_iter()
+                .filter(|f| f.index == held.home.index)
+                .collect::<Vec<_>>(),
+        );
+    }
+    let targets = if first.is_none() {
+        // A granted lock's release always goes to the home node, even
+        // when the acquire never reached it (stalled, young under the
+        // restart guard, or decided before its turn): the queue's next
+        // waiter is named there.
+        held.sent | if held.granted { home } else { 0 }
+    } else {
+        held.sent & !home
+    };
+    let deadline = release_deadline(shared, held);
+    let mut fan = send_release(shared, held, notice_id, targets, credited, None, deadline);
     let wait = Instant::now() + shared.config.node_timeout;
     fan.decide(release_confirmed, wait).await;
+    let mut failures = fan.failures();
+    if let Some(first) = first {
+        // The home's answer to the first step, not "skipped".
+        failures.retain(|f| f.index != held.home.index);
+        failures.extend(first);
+        failures.sort_by_key(|f| f.index);
+    }
     let released = Released {
         confirmed: fan.tally().yes(),
         nodes: fan.tally().nodes(),
-        failures: fan.failures(),
+        failures,
         pending: fan.pending(),
+        handed_over: 0,
     };
     fan.finish_in_background();
     cleanup.disarm();
@@ -64,15 +132,28 @@ pub(crate) fn release_in_background(shared: &Shared, held: &Held) {
         let span = tracing::debug_span!("background_release", key = %held.key);
         // Queued here, not in the task: a release dropped just before the
         // next acquire of the same resource runs before it.
-        handle.spawn(send_release(shared, held).drain().instrument(span));
+        let targets = held.sent
+            | if held.granted {
+                node_set([held.home.index])
+            } else {
+                0
+            };
+        let deadline = release_deadline(shared, held);
+        let fan = send_release(shared, held, held.notice_id(), targets, 0, None, deadline);
+        handle.spawn(fan.drain().instrument(span));
     }
 }
 
 /// Releases, in the background, a home's vote pre-granted to a ticket of
 /// this client that no waiter will use ([`Orphan`]): a granted lock's
 /// release on the home alone, so that the script takes the ticket out and
-/// names the next one.
+/// names the next one. When the naming release handed the lock over, the
+/// released holder's keys on the other nodes, left for the waiter, are
+/// released too.
 pub(crate) fn release_orphan(shared: &Shared, orphan: Orphan) {
+    if let Some(value) = orphan.handed.clone() {
+        release_handed(shared, &orphan.key, &orphan.home, value);
+    }
     let held = Held {
         key: orphan.key,
         value: pregrant_value(&orphan.ticket, &orphan.notice),
@@ -87,16 +168,56 @@ pub(crate) fn release_orphan(shared: &Shared, orphan: Orphan) {
     release_in_background(shared, &held);
 }
 
-/// Starts the release and queues it on every connection before returning.
-/// Then this client's own next waiter may send its attempt at once: on each
+/// Releases, in the background, the keys a handover left for a fair waiter
+/// that will not take them (it left, its attempt failed): the released
+/// holder's `value` on every node but the home (compare-and-delete: a key
+/// the waiter replaced already holds its own value).
+pub(crate) fn release_handed(shared: &Shared, key: &Arc<str>, home: &Home, value: Arc<str>) {
+    let others = all_nodes(shared.nodes.len()) & !node_set([home.index]);
+    let held = Held {
+        key: key.clone(),
+        value,
+        notice: rand::random(),
+        granted: false,
+        sent: others,
+        ours: Arc::default(),
+        expires_at: Instant::now(),
+        home: home.clone(),
+        ticket: None,
+    };
+    release_in_background(shared, &held);
+}
+
+/// How long a release's requests live: until the keys would have expired
+/// anyway (at least one node timeout). A release that gives up earlier,
+/// say queued behind a paused node's backlog, would leave its key to block
+/// others for the rest of the TTL. Nobody waits on them that long.
+fn release_deadline(shared: &Shared, held: &Held) -> Instant {
+    held.expires_at
+        .max(Instant::now() + shared.config.node_timeout)
+}
+
+/// Starts the release on `targets` (`credited`: nodes that already
+/// confirmed) and queues it on every connection before returning. Then
+/// this client's own next waiter may send its attempt at once: on each
 /// node it runs after our delete, which saves it the notice's trip through
-/// Redis.
-fn send_release(shared: &Shared, held: &Held) -> FanOut<()> {
-    let notice_id = held.notice_id();
+/// Redis. `handover`: ask the home to hand the lock over, and set the flag
+/// when it did.
+fn send_release(
+    shared: &Shared,
+    held: &Held,
+    notice_id: String,
+    targets: NodeSet,
+    credited: NodeSet,
+    handover: Option<&Arc<AtomicBool>>,
+    deadline: Instant,
+) -> FanOut<()> {
     let releasing = held
         .granted
         .then(|| shared.waits.releasing(&held.key, notice_id.clone()));
-    let mut fan = start_release(shared, held, notice_id);
+    let mut fan = start_release(
+        shared, held, notice_id, targets, credited, handover, deadline,
+    );
     fan.send_now(release_confirmed);
     if let Some(releasing) = releasing {
         releasing.queued();
@@ -104,15 +225,17 @@ fn send_release(shared: &Shared, held: &Held) -> FanOut<()> {
     fan
 }
 
-/// `notice_id` is `held.notice_id()`, made once by the caller.
-fn start_release(shared: &Shared, held: &Held, notice_id: String) -> FanOut<()> {
-    // The requests live until the keys would have expired anyway (at least
-    // one node timeout): a release that gives up earlier, say queued behind
-    // a paused node's backlog, would leave its key to block others for the
-    // rest of the TTL. Nobody waits on them that long.
-    let deadline = held
-        .expires_at
-        .max(Instant::now() + shared.config.node_timeout);
+/// `notice_id` is `held.notice_id()`, made once by the caller; see
+/// [`send_release`].
+fn start_release(
+    shared: &Shared,
+    held: &Held,
+    notice_id: String,
+    targets: NodeSet,
+    credited: NodeSet,
+    handover: Option<&Arc<AtomicBool>>,
+    deadline: Instant,
+) -> FanOut<()> {
     // A failed attempt's cleanup is announced too (to other clients the
     // lock may now be free: a split vote), marked with this client's tag so
     // that its own waiters, who know better, ignore it.
@@ -146,6 +269,7 @@ fn start_release(shared: &Shared, held: &Held, notice_id: String) -> FanOut<()> 
         // when the fence key is absent, as an acquire would; a ticket of
         // this client (its tag) is named in the reply, not published.
         let tag = shared.id_text.as_bytes();
+        let hand_over: &[u8] = if handover.is_some() { b"1" } else { b"" };
         match &held.home.pregrant_fence {
             Some(fence) => Arc::new(RELEASE.evalsha(
                 &[&held.key, &held.home.queue, fence],
@@ -156,6 +280,7 @@ fn start_release(shared: &Shared, held: &Held, notice_id: String) -> FanOut<()> 
                     ticket.as_bytes(),
                     clock_seed().to_string().as_bytes(),
                     tag,
+                    hand_over,
                 ],
             )),
             None => Arc::new(RELEASE.evalsha(
@@ -176,83 +301,93 @@ fn start_release(shared: &Shared, held: &Held, notice_id: String) -> FanOut<()> 
     let busy = home
         .as_ref()
         .map(|_| Arc::new(shared.waits.busy(&held.key)));
-    // A granted lock's release always goes to the home node, even when
-    // the acquire never reached it (stalled, young under the restart
-    // guard, or decided before its turn): the queue's next waiter is named
-    // there.
-    let sent = if home.is_some() {
-        held.sent | node_set([held.home.index])
-    } else {
-        held.sent
-    };
-    FanOut::start(&shared.nodes, sent, deadline, |node, _settled| {
-        let (key, value) = (held.key.clone(), held.value.clone());
-        let notice = notice.clone();
-        let mut busy_here = None;
-        let (channel, evalsha) = match &home {
-            Some(home) if node.index() == held.home.index => {
-                busy_here = busy.clone();
-                (channel0.clone(), Some(Arc::clone(home)))
-            }
-            _ if node.db() == db0 => (channel0.clone(), Some(Arc::clone(&evalsha0))),
-            _ => (notice_channel(&key, node.db()).into(), None),
-        };
-        async move {
-            let reply = match evalsha {
-                Some(evalsha) => {
-                    node.run_script_prepared(&RELEASE, &evalsha, &Settled::NEVER, true, None)
-                        .await?
+    FanOut::start_credited(
+        &shared.nodes,
+        targets,
+        credited,
+        deadline,
+        |node, _settled| {
+            let (key, value) = (held.key.clone(), held.value.clone());
+            let notice = notice.clone();
+            let handed = handover.cloned();
+            let mut busy_here = None;
+            let (channel, evalsha) = match &home {
+                Some(home) if node.index() == held.home.index => {
+                    busy_here = busy.clone();
+                    (channel0.clone(), Some(Arc::clone(home)))
                 }
-                None => {
-                    let args: [&[u8]; 3] =
-                        [value.as_bytes(), notice.as_bytes(), channel.as_bytes()];
-                    node.run_script(&RELEASE, &[&key], &args, &Settled::NEVER, true, None)
-                        .await?
-                }
+                _ if node.db() == db0 => (channel0.clone(), Some(Arc::clone(&evalsha0))),
+                _ => (notice_channel(&key, node.db()).into(), None),
             };
-            if let Some(busy) = busy_here {
-                // The home's release says whether it named a waiter (2):
-                // this client's next waiter joins the queue if so.
-                // 1 deleted, 2 deleted and named the next ticket, 3 named
-                // it without our key there (the acquire never reached the
-                // home node), 0 neither. A ticket of this client comes
-                // back with the code, with the pre-granted fence if any:
-                // `{code, ticket, fence or ""}`.
-                let reply = match reply {
-                    redis::Value::Array(items) => {
-                        let text = |v: Option<&redis::Value>| match v {
-                            Some(redis::Value::BulkString(b)) => {
-                                String::from_utf8_lossy(b).into_owned()
-                            }
-                            _ => String::new(),
-                        };
-                        let (ticket, fence) = (text(items.get(1)), text(items.get(2)));
-                        // The server that set the key is at least as old
-                        // as the connection's (a younger one, after a
-                        // reconnect, only makes the vote count less).
-                        let since = node.started().unwrap_or_else(Instant::now);
-                        busy.named_here(&ticket, &notice, &fence, since);
-                        items.into_iter().next().unwrap_or(redis::Value::Nil)
+            async move {
+                let reply = match evalsha {
+                    Some(evalsha) => {
+                        node.run_script_prepared(&RELEASE, &evalsha, &Settled::NEVER, true, None)
+                            .await?
                     }
-                    other => other,
+                    None => {
+                        let args: [&[u8]; 3] =
+                            [value.as_bytes(), notice.as_bytes(), channel.as_bytes()];
+                        node.run_script(&RELEASE, &[&key], &args, &Settled::NEVER, true, None)
+                            .await?
+                    }
                 };
-                match reply {
-                    redis::Value::Int(2) => {
-                        busy.set(true);
-                        return Ok(());
+                if let Some(busy) = busy_here {
+                    // The home's release says whether it named a waiter (2):
+                    // this client's next waiter joins the queue if so.
+                    // 1 deleted, 2 deleted and named the next ticket, 4 the
+                    // same and handed it the lock (asked only), 3 named
+                    // it without our key there (the acquire never reached the
+                    // home node), 0 neither. A ticket of this client comes
+                    // back with the code, with the pre-granted fence if any:
+                    // `{code, ticket, fence or ""}`.
+                    let reply = match reply {
+                        redis::Value::Array(items) => {
+                            let text = |v: Option<&redis::Value>| match v {
+                                Some(redis::Value::BulkString(b)) => {
+                                    String::from_utf8_lossy(b).into_owned()
+                                }
+                                _ => String::new(),
+                            };
+                            let (ticket, fence) = (text(items.get(1)), text(items.get(2)));
+                            // The server that set the key is at least as old
+                            // as the connection's (a younger one, after a
+                            // reconnect, only makes the vote count less).
+                            let since = node.started().unwrap_or_else(Instant::now);
+                            let handed_value = matches!(items.first(), Some(redis::Value::Int(4)))
+                                .then(|| value.clone());
+                            busy.named_here(&ticket, &notice, &fence, since, handed_value);
+                            items.into_iter().next().unwrap_or(redis::Value::Nil)
+                        }
+                        other => other,
+                    };
+                    match reply {
+                        redis::Value::Int(4) => {
+                            // Deleted here, named the next waiter and handed it
+                            // the other nodes: the release ends here.
+                            busy.set(true);
+                            if let Some(handed) = handed {
+                                handed.store(true, Ordering::Release);
+                            }
+                            return Ok(());
+                        }
+                        redis::Value::Int(2) => {
+                            busy.set(true);
+                            return Ok(());
+                        }
+                        redis::Value::Int(3) => {
+                            busy.set(true);
+                            return Err(NodeErrorKind::NotHeld);
+                        }
+                        redis::Value::Int(1) => busy.set(false),
+                        _ => {}
                     }
-                    redis::Value::Int(3) => {
-                        busy.set(true);
-                        return Err(NodeErrorKind::NotHeld);
-                    }
-                    redis::Value::Int(1) => busy.set(false),
-                    _ => {}
+                    return parse_flag(reply);
                 }
-                return parse_flag(reply);
+                parse_flag(reply)
             }
-            parse_flag(reply)
-        }
-    })
+        },
+    )
 }
 
 /// A release's answer that counts: the node deleted our key.

@@ -211,9 +211,12 @@ impl Script {
 /// argument "1"), a key that already holds `value` counts as granted, with
 /// a fresh TTL (`SET XX PX`): a fair waiter's pre-granted value on the home
 /// node, asked for again (DESIGN.md, section 2, fair queue, step 3).
+/// Given a sixth argument, a key that holds it counts as free: the key of
+/// the holder whose release handed the lock over to this fair waiter
+/// (step 4 of the fair queue); it is replaced the same way.
 ///
 /// KEYS: lock key, fence key. ARGV: value, ttl ms, seed[, "1" to probe or
-/// ""[, "1" to take our own key]].
+/// ""[, "1" to take our own key or ""[, the value handed over]]].
 pub(crate) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script {
     eval_when_decided: false,
     ..Script::new("acquire", include_str!("lua/acquire.lua"))
@@ -306,17 +309,23 @@ pub(crate) fn lock_scripts() -> [&'static Script; 7] {
 /// {notice}`, the fence's `INCR` (seeded from the releaser's clock when
 /// absent), and the fence appended to the notice (the *pre-grant*).
 /// A ticket of the releasing client (its tag in ARGV) is not published:
-/// the reply names it.
-/// Returns 1 when deleted, 2 when deleted and a ticket named, 3 when a
-/// ticket was named without the holder's key there, 0 when neither
-/// (elsewhere than the home: nothing announced); `{code, ticket, fence or
-/// ""}` when the ticket named is the releasing client's.
+/// the reply names it. Asked to hand the lock over (a seventh argument
+/// "1"), when the key was the holder's, the vote was pre-granted and the
+/// ticket says its client can take a handover (`h-{ms}`), the notice also
+/// carries the holder's value, which the named waiter's acquire replaces
+/// on the other nodes (the *handover*: the holder leaves its keys there
+/// to it; DESIGN.md, section 2, fair queue, step 4).
+/// Returns 1 when deleted, 2 when deleted and a ticket named, 4 when
+/// deleted, named and handed over, 3 when a ticket was named without the
+/// holder's key there, 0 when neither (elsewhere than the home: nothing
+/// announced); `{code, ticket, fence or ""}` when the ticket named is the
+/// releasing client's.
 ///
 /// KEYS: lock key[, queue key on the home node[, fence key]]. ARGV: value,
 /// notice id, notice channel (pub/sub is server-wide, so the channel names
 /// the database; a script cannot read its database index, so the client
 /// passes the name)[, on the home node: the holder's ticket or "", the
-/// clock seed or "", the releasing client's tag].
+/// clock seed or "", the releasing client's tag[, "1" to hand over]].
 pub(crate) static RELEASE: LazyLock<Script> =
     LazyLock::new(|| Script::new("release", include_str!("lua/release.lua")));
 

@@ -4,7 +4,9 @@
 //! asking it. Counted here in scripts run per node, tokens, and how soon
 //! the lock reaches the waiter; and the cases where the vote is not
 //! counted unasked (a subscription younger than the restart guard's
-//! window) or where nobody will use it (an orphaned ticket).
+//! window) or where nobody will use it (an orphaned ticket). Also the
+//! handover (step 4): a contended holder's release leaves its keys on the
+//! other nodes to the named waiter, whose acquire replaces them.
 
 use std::time::Duration;
 
@@ -349,4 +351,271 @@ async fn a_cancelled_waiter_takes_its_pregranted_key_with_it() {
     assert!(gone, "the pre-granted key outlived the waiter that left");
     assert_eq!(queued(&cluster, &resource), 0, "the ticket left the queue");
     drop(holder);
+}
+
+/// A guard of `a` on `resource` that came through the fair queue: another
+/// client held first, `a` queued and was named. `a`'s client then knows
+/// the lock is contended, so its release asks for a handover.
+async fn held_via_queue(
+    cluster: &Cluster,
+    resource: &str,
+    a: &redfence::Client,
+) -> redfence::LockGuard {
+    held_via_queue_for(cluster, resource, a, secs(30)).await
+}
+
+/// [`held_via_queue`], `a` asking for `ttl`.
+async fn held_via_queue_for(
+    cluster: &Cluster,
+    resource: &str,
+    a: &redfence::Client,
+    ttl: Duration,
+) -> redfence::LockGuard {
+    let first = client(cluster, true);
+    warm_up(&first, cluster).await;
+    let holder = first.acquire(resource, secs(30)).await.unwrap();
+    let waiter = spawn_notice_waiter_with(a.clone(), resource.to_owned(), ttl);
+    assert!(eventually(secs(10), || queued(cluster, resource) == 1).await);
+    let (got, _) = release_and_wait(holder, waiter, secs(30)).await;
+    got.expect("a gets the lock through the queue")
+}
+
+/// The handover (DESIGN.md, section 2, fair queue, step 4). A holder that
+/// came through the queue, with a waiter of another client queued behind
+/// it, on 3 nodes: its release deletes its key on the home only and hands
+/// the other two over (`Released::handed_over`); the named waiter's
+/// acquire replaces them. So each node runs one script for the handoff:
+/// the home the release, the others the acquire ([1, 2, 2] without the
+/// handover, as in `a_release_pregrants_the_home_vote_to_the_named_waiter`).
+/// The waiter's value ends up on every node, its token above the holder's.
+/// Its own release, with nobody queued, is asked for a handover too (its
+/// client was named), gets none, and releases the other nodes after the
+/// home: every key is gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_contended_release_hands_the_other_nodes_over_to_the_named_waiter() {
+    let cluster = Cluster::start(3);
+    let resource = homed_at("handover", 0, 3);
+    let (a, b) = (client(&cluster, true), client(&cluster, true));
+    warm_up(&a, &cluster).await;
+    warm_up(&b, &cluster).await;
+    let key = lock_key(&resource);
+    let values = || -> Vec<String> {
+        cluster
+            .nodes
+            .iter()
+            .map(|n| n.cli(&["GET", &key]).trim().to_owned())
+            .collect()
+    };
+    for round in 0..5 {
+        let holder = held_via_queue(&cluster, &resource, &a).await;
+        let holder_token = holder.token().unwrap().get();
+        scripts_at_rest(&cluster).await;
+        let ahead = queued(&cluster, &resource);
+        let waiter = spawn_notice_waiter(b.clone(), resource.clone());
+        assert!(eventually(secs(10), || queued(&cluster, &resource) == ahead + 1).await);
+        let (before, attempts) = (scripts_at_rest(&cluster).await, b.stats().attempts);
+        let released_at = std::time::Instant::now();
+        let released = holder.release().await;
+        let (got, at) = tokio::time::timeout(secs(30), waiter)
+            .await
+            .expect("the waiter hung")
+            .unwrap();
+        let guard = got.expect("the named waiter gets the lock");
+        let after = at - released_at;
+        let token = guard.token().unwrap().get();
+        let whole = eventually(secs(5), || {
+            let v = values();
+            !v[0].is_empty() && v[0] != "(nil)" && v.iter().all(|x| *x == v[0])
+        })
+        .await;
+        let per_node: Vec<u64> = scripts_at_rest(&cluster)
+            .await
+            .iter()
+            .zip(&before)
+            .map(|(x, y)| x - y)
+            .collect();
+        println!(
+            "round {round}: {released:?}; the waiter got the lock {after:?} after the release, scripts per node {per_node:?} (home first), tokens {holder_token} then {token}, values {:?}",
+            values()
+        );
+        assert_eq!(
+            (released.confirmed, released.handed_over),
+            (1, 2),
+            "the home deleted, the other two were handed over: {released:?}"
+        );
+        assert!(
+            after < secs(5),
+            "the waiter got the lock {after:?} after the release"
+        );
+        assert!(token > holder_token, "tokens {holder_token} then {token}");
+        assert!(
+            whole,
+            "the waiter's one value on every node: {:?}",
+            values()
+        );
+        let again = guard.release().await;
+        assert_eq!(
+            (again.confirmed + again.pending, again.handed_over),
+            (3, 0),
+            "nobody queued: released everywhere: {again:?}"
+        );
+        assert!(again.failures.is_empty(), "{again:?}");
+        assert!(
+            eventually(secs(5), || values()
+                .iter()
+                .all(|v| v.is_empty() || v == "(nil)"))
+            .await,
+            "every key gone: {:?}",
+            values()
+        );
+        // One attempt (a second one is a loaded machine's retry): the
+        // scripts then say nothing about the handover; run again.
+        if b.stats().attempts - attempts == 1 {
+            assert_eq!(
+                per_node,
+                vec![1, 1, 1],
+                "one script per node for the handoff: the home's release, the others' acquire"
+            );
+            return;
+        }
+    }
+    panic!("5 rounds in which the named waiter needed more than one attempt");
+}
+
+/// A handover to a ticket of a live client that no waiter of it holds
+/// (planted at the head, ahead of the client's real waiter): the client
+/// releases the home's vote and the keys handed over with it, so its real
+/// waiter, named next, gets the lock at once. Without the release of the
+/// handed keys, the holder's keys on the other two nodes would refuse the
+/// real waiter for their TTL (30 s) and it would wait for its 10 s timer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_handed_to_a_ticket_nobody_holds_are_released_at_once() {
+    let cluster = Cluster::start(3);
+    let resource = homed_at("handed-orphan", 0, 3);
+    let (a, b) = (client(&cluster, true), client(&cluster, true));
+    warm_up(&a, &cluster).await;
+    warm_up(&b, &cluster).await;
+    let holder = held_via_queue(&cluster, &resource, &a).await;
+    let ahead = queued(&cluster, &resource);
+    let waiter = spawn_notice_waiter(b.clone(), resource.clone());
+    assert!(eventually(secs(10), || queued(&cluster, &resource) == ahead + 1).await);
+    let home = &cluster.nodes[0];
+    let queue = queue_key(&resource);
+    let real = home.cli(&["LINDEX", &queue, "-1"]).trim().to_owned();
+    // Taken out of the queue: the holder's ticket, then the planted one
+    // at the head, ahead of the real waiter.
+    let tickets = home.cli(&["LRANGE", &queue, "0", "-1"]);
+    for t in tickets
+        .lines()
+        .map(str::trim)
+        .filter(|t| !t.is_empty() && *t != real)
+    {
+        home.cli(&["LREM", &queue, "0", t]);
+    }
+    let planted = format!("{}0123456789abcdefh-30000", &real[..8]);
+    home.cli(&["LPUSH", &queue, &planted]);
+    let released_at = std::time::Instant::now();
+    let released = holder.release().await;
+    let (got, at) = tokio::time::timeout(secs(30), waiter)
+        .await
+        .expect("the waiter hung")
+        .unwrap();
+    let after = at - released_at;
+    println!("keys handed to a ticket nobody holds ({released:?}): the real waiter got the lock {after:?} after the release");
+    assert_eq!(released.handed_over, 2, "{released:?}");
+    let guard = got.expect("the real waiter gets the lock");
+    assert!(
+        after < secs(5),
+        "the real waiter got the lock {after:?} after the release"
+    );
+    guard.release().await;
+}
+
+/// A handover to a waiter whose process stands still (stopped, or its
+/// runtime blocked) with its subscription open, so that the home names it
+/// and hands it the lock: the other nodes keep the released holder's keys,
+/// which nobody else can take, until they expire (3 s here; before the
+/// handover its release freed them at once). A client outside the queue
+/// (`fair(false)`) then gets the lock from the other two nodes, not
+/// before; the queue itself waits for the stopped waiter's pre-granted key
+/// on the home (its TTL, 30 s), as it did before the handover. The stopped
+/// waiter is a client on a thread of its own whose runtime is blocked
+/// while the holder releases.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handover_to_a_stopped_waiter_keeps_the_lock_until_the_holders_keys_expire() {
+    use std::sync::mpsc;
+    let cluster = Cluster::start(3);
+    let resource = homed_at("handover-stopped", 0, 3);
+    let a = client(&cluster, true);
+    warm_up(&a, &cluster).await;
+    let ttl = secs(3);
+    let holder = held_via_queue_for(&cluster, &resource, &a, ttl).await;
+    let expires = std::time::Instant::now() + ttl;
+    let ahead = queued(&cluster, &resource);
+    // The waiter's thread: queue, then block its runtime until told.
+    let (urls, r) = (cluster.urls(), resource.clone());
+    let (freeze_tx, freeze_rx) = mpsc::channel::<()>();
+    let (thaw_tx, thaw_rx) = mpsc::channel::<()>();
+    let thread = std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            let b = crate::helpers::builder(urls)
+                .node_timeout(secs(1))
+                .build()
+                .unwrap();
+            let w = b.acquire("stopped-warm-up", secs(5)).await.unwrap();
+            w.release().await;
+            let waiter = tokio::spawn(async move {
+                b.lock(&r, secs(30))
+                    .retry(crate::helpers::notice_only_retry())
+                    .acquire()
+                    .await
+            });
+            // Runs until told to stand still, then blocks the runtime.
+            while freeze_rx.try_recv().is_err() {
+                tokio::time::sleep(ms(5)).await;
+            }
+            let _ = thaw_rx.recv_timeout(secs(60));
+            waiter.abort();
+        });
+    });
+    assert!(
+        eventually(secs(10), || queued(&cluster, &resource) == ahead + 1).await,
+        "the waiter queued"
+    );
+    freeze_tx.send(()).unwrap();
+    tokio::time::sleep(ms(100)).await;
+    let released = holder.release().await;
+    let released_at = std::time::Instant::now();
+    let left = expires.saturating_duration_since(released_at);
+    let c = client(&cluster, false);
+    let got = c
+        .lock(&resource, secs(5))
+        .retry(
+            redfence::Retry::new()
+                .with_delay(ms(50))
+                .with_max_wait(secs(20)),
+        )
+        .acquire()
+        .await;
+    let after = released_at.elapsed();
+    let _ = thaw_tx.send(());
+    let _ = thread.join();
+    println!(
+        "a handover to a stopped waiter ({released:?}): another client got the lock {after:?} after the release, the holder's keys had {left:?} left"
+    );
+    assert_eq!(released.handed_over, 2, "{released:?}");
+    let guard = got.expect("another client gets the lock once the holder's keys expired");
+    assert!(
+        after + ms(100) >= left,
+        "got the lock {after:?} after the release, before the holder's keys expired ({left:?} left)"
+    );
+    assert!(
+        after <= left + secs(2),
+        "got the lock {after:?} after the release: the holder's keys had {left:?} left"
+    );
+    guard.release().await;
 }

@@ -20,6 +20,7 @@ if mine and subs[2] > 0 then
   redis.call('PUBLISH', ARGV[3], ARGV[2] .. ':' .. subs[2])
 end
 local named = false
+local handed = false
 local here = nil
 if subs[4] > 0 then
   local next = redis.call('LINDEX', KEYS[2], 0)
@@ -41,10 +42,13 @@ if subs[4] > 0 then
         redis.call('DEL', KEYS[1])
       end
     end
+    handed = mine and fence ~= '' and ARGV[7] == '1' and string.find(next, 'h%-%d+$') ~= nil
     if own then
       here = {next, fence}
     elseif fence == '' then
       redis.call('PUBLISH', channel, ARGV[2] .. ':' .. subs[4] .. ':' .. next)
+    elseif handed then
+      redis.call('PUBLISH', channel, ARGV[2] .. ':' .. subs[4] .. ':' .. next .. ':' .. fence .. ':' .. ARGV[1])
     else
       redis.call('PUBLISH', channel, ARGV[2] .. ':' .. subs[4] .. ':' .. next .. ':' .. fence)
     end
@@ -52,7 +56,9 @@ if subs[4] > 0 then
   end
 end
 local code = 0
-if mine and named then
+if handed then
+  code = 4
+elseif mine and named then
   code = 2
 elseif mine then
   code = 1
