@@ -42,7 +42,9 @@
 //! `REDFENCE_BENCH_ROWS=smoke` runs two small shapes (CI);
 //! `REDFENCE_BENCH_ROWS=32x2,1x1+31` runs the shapes listed (clients x
 //! tasks, + idle clients), and `REDFENCE_BENCH_FAIR=only` leaves out the
-//! rows without the queue.
+//! rows without the queue; `REDFENCE_BENCH_HANDOVER=both` adds, to each
+//! shape, the fair queue without the handover (`Builder::handover(false)`)
+//! in the same alternation.
 
 #[path = "common/mod.rs"]
 mod common;
@@ -77,6 +79,9 @@ enum Mode {
     /// The control: the tasks take turns through an in-process baton, so
     /// no acquire meets a held lock (fair clients; the queue is not used).
     Relay,
+    /// The fair queue with `handover(false)`: a contended release deletes
+    /// everywhere (`REDFENCE_BENCH_HANDOVER=both`).
+    NoHandover,
 }
 
 impl Mode {
@@ -85,6 +90,7 @@ impl Mode {
             Mode::Fair => "fair",
             Mode::Off => "off",
             Mode::Relay => "relay",
+            Mode::NoHandover => "fair, no handover",
         }
     }
 }
@@ -179,6 +185,9 @@ fn main() {
         ],
     };
     let both = std::env::var("REDFENCE_BENCH_FAIR").map_or(true, |f| f != "only");
+    // `REDFENCE_BENCH_HANDOVER=both`: each shape also runs the fair queue
+    // with `handover(false)`, in the same alternation.
+    let no_handover = std::env::var("REDFENCE_BENCH_HANDOVER").is_ok_and(|h| h == "both");
     let rounds = if smoke { 1 } else { rounds() };
     let window = secs / rounds as f64;
     let one = |rt: &tokio::runtime::Runtime, secs| {
@@ -197,14 +206,21 @@ fn main() {
         // The relay control where turns pass between tasks (not in smoke
         // runs: CI checks the invariants, not the figures).
         let relay = k * t > 1 && !smoke;
-        let modes: Vec<Option<Mode>> = [None, Some(Mode::Fair), Some(Mode::Relay), Some(Mode::Off)]
-            .into_iter()
-            .filter(|m| match m {
-                Some(Mode::Off) => classic,
-                Some(Mode::Relay) => relay,
-                _ => true,
-            })
-            .collect();
+        let modes: Vec<Option<Mode>> = [
+            None,
+            Some(Mode::Fair),
+            Some(Mode::NoHandover),
+            Some(Mode::Relay),
+            Some(Mode::Off),
+        ]
+        .into_iter()
+        .filter(|m| match m {
+            Some(Mode::Off) => classic,
+            Some(Mode::Relay) => relay,
+            Some(Mode::NoHandover) => no_handover && k * t > 1,
+            _ => true,
+        })
+        .collect();
         let mut merged: Vec<Option<Row>> = modes.iter().map(|_| None).collect();
         // A hot lock's queue serves each client's tasks in a run, so a
         // window must hold several turns of the queue for the clients'
@@ -243,6 +259,19 @@ fn main() {
     report(&rows, secs, rounds);
     let keys: usize = nodes.iter().map(|n| n.count_keys("redfence:lock:*")).sum();
     println!("\nlock keys left on the nodes: {keys}");
+    // Which, if any: a key left names its holder (the value starts with
+    // the client's tag) and, by its TTL, when it was set.
+    for (i, n) in nodes.iter().enumerate() {
+        let listed = n.cli(&["KEYS", "redfence:lock:*"]);
+        for k in listed.lines().map(str::trim).filter(|l| !l.is_empty()) {
+            let (value, pttl) = (n.cli(&["GET", k]), n.cli(&["PTTL", k]));
+            println!(
+                "  node {i}: {k} = {} (PTTL {} ms)",
+                value.trim(),
+                pttl.trim()
+            );
+        }
+    }
     println!("load average: {}", common::loadavg());
     println!("bench wall time: {:.1} s", started.elapsed().as_secs_f64());
     if rows.iter().any(|r| r.overlaps > 0 || r.errors > 0) || keys > 0 {
@@ -300,6 +329,7 @@ async fn contend(
         .map(|_| {
             common::bench_builder(urls)
                 .fair(mode != Mode::Off)
+                .handover(mode != Mode::NoHandover)
                 .build()
                 .expect("client")
         })
@@ -525,7 +555,7 @@ fn report(rows: &[Row], secs: f64, rounds: u64) {
         let ahead = (r.clients * r.tasks).saturating_sub(1) as f64;
         let bound = ahead / r.rate().max(1e-9) * 1000.0;
         // A fair row over the relay control of its shape.
-        let relay = (r.mode == Mode::Fair)
+        let relay = matches!(r.mode, Mode::Fair | Mode::NoHandover)
             .then(|| {
                 rows.iter()
                     .find(|o| o.base == r.base && o.mode == Mode::Relay)

@@ -37,6 +37,7 @@ pub struct Builder {
     wake_on_release: bool,
     max_local_handoffs: u32,
     fair: bool,
+    handover: bool,
     restart_guard: RestartGuard,
     tls: Option<Tls>,
 }
@@ -61,6 +62,7 @@ impl Builder {
             wake_on_release: true,
             max_local_handoffs: DEFAULT_LOCAL_HANDOFFS,
             fair: true,
+            handover: true,
             restart_guard: RestartGuard::new(),
             tls: None,
         }
@@ -198,6 +200,23 @@ impl Builder {
         self
     }
 
+    /// Whether a release of a contended lock (this client's waiters wait
+    /// for it, or its last release found others in the fair queue) hands
+    /// the lock over to the next fair waiter: the release asks the home
+    /// node first, and when the home named and pre-granted that waiter it
+    /// leaves its keys on the other nodes for the waiter's acquire to
+    /// replace, one script per node for the handoff instead of two
+    /// ([`Released::handed_over`](crate::Released::handed_over); README,
+    /// "Hot locks"). The cost: a named waiter whose process stands still
+    /// keeps those keys until this holder's TTL runs out, where without
+    /// the handover clients outside the queue could take the other nodes
+    /// at once. Needs fencing and plain servers (no pre-grant otherwise).
+    /// Defaults to `true`.
+    pub fn handover(mut self, enabled: bool) -> Self {
+        self.handover = enabled;
+        self
+    }
+
     /// Keeps a node whose server (re)started recently out of quorums; see
     /// [`RestartGuard`]. Defaults to [`RestartGuard::new()`]: on, for the
     /// longest TTL this client has requested.
@@ -292,6 +311,7 @@ impl Builder {
             wake_on_release: self.wake_on_release,
             max_local_handoffs: self.max_local_handoffs,
             fair: self.fair,
+            handover: self.handover,
             restart_guard: self.restart_guard,
             layout,
         };

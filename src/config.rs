@@ -31,6 +31,9 @@ pub(crate) struct Config {
     pub(crate) wake_on_release: bool,
     pub(crate) max_local_handoffs: u32,
     pub(crate) fair: bool,
+    /// Whether a contended release asks the home to hand the lock over
+    /// (`Builder::handover`).
+    pub(crate) handover: bool,
     pub(crate) restart_guard: RestartGuard,
     /// Tagged when a node is a Redis Cluster.
     pub(crate) layout: Layout,

@@ -58,7 +58,18 @@ pub(crate) async fn release(shared: &Shared, held: &Held) -> Released {
     let mut credited = 0;
     // The home's failure in the first step, if it was asked first.
     let mut first = None;
-    if held.granted && held.home.pregrant_fence.is_some() && shared.waits.hands_over(&held.key) {
+    // Handed over only where our acquire has answered everywhere but the
+    // home: a request of ours still in flight to another node could land
+    // after the next waiter's acquire there (another client, another
+    // connection) and leave our key for its TTL. Our own release, queued
+    // behind it on the same connection, cannot.
+    let others = held.sent & !home;
+    if held.granted
+        && shared.config.handover
+        && held.home.pregrant_fence.is_some()
+        && held.ours_on(others)
+        && shared.waits.hands_over(&held.key)
+    {
         let handed = Arc::new(AtomicBool::new(false));
         let wait = Instant::now() + shared.config.node_timeout;
         let mut fan = send_release(
@@ -73,7 +84,7 @@ pub(crate) async fn release(shared: &Shared, held: &Held) -> Released {
         fan.hear_rest().await;
         if handed.load(Ordering::Acquire) {
             cleanup.disarm();
-            let others = (held.sent & !home).count_ones() as usize;
+            let others = others.count_ones() as usize;
             return Released {
                 confirmed: 1,
                 nodes: shared.nodes.len(),

@@ -100,6 +100,13 @@ impl Held {
         self.ours.fetch_or(set, Ordering::Relaxed);
     }
 
+    /// Whether every node of `nodes` is known to have held our value: each
+    /// answered our acquire (or an extend) with a yes, so no request of
+    /// ours can still land there.
+    pub(crate) fn ours_on(&self, nodes: NodeSet) -> bool {
+        nodes & !self.ours.load(Ordering::Relaxed) == 0
+    }
+
     /// Whether node `index` is known to have held our value.
     pub(crate) fn was_ours(&self, index: usize) -> bool {
         self.ours.load(Ordering::Relaxed) & node_set([index]) != 0

@@ -619,3 +619,41 @@ async fn a_handover_to_a_stopped_waiter_keeps_the_lock_until_the_holders_keys_ex
     );
     guard.release().await;
 }
+
+/// `Builder::handover(false)`: the same contended release as in
+/// `a_contended_release_hands_the_other_nodes_over_to_the_named_waiter`
+/// deletes its key everywhere (`handed_over` 0) and the named waiter
+/// still gets the lock at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_the_handover_a_contended_release_deletes_everywhere() {
+    let cluster = Cluster::start(3);
+    let resource = homed_at("no-handover", 0, 3);
+    let a = crate::helpers::builder(cluster.urls())
+        .node_timeout(secs(1))
+        .handover(false)
+        .build()
+        .unwrap();
+    let b = client(&cluster, true);
+    warm_up(&a, &cluster).await;
+    warm_up(&b, &cluster).await;
+    let holder = held_via_queue(&cluster, &resource, &a).await;
+    let ahead = queued(&cluster, &resource);
+    let waiter = spawn_notice_waiter(b.clone(), resource.clone());
+    assert!(eventually(secs(10), || queued(&cluster, &resource) == ahead + 1).await);
+    let released_at = std::time::Instant::now();
+    let released = holder.release().await;
+    let (got, at) = tokio::time::timeout(secs(30), waiter)
+        .await
+        .expect("the waiter hung")
+        .unwrap();
+    let after = at - released_at;
+    println!("handover(false): {released:?}; the waiter got the lock {after:?} after the release");
+    assert_eq!(released.handed_over, 0, "{released:?}");
+    assert_eq!(released.confirmed + released.pending, 3, "{released:?}");
+    let guard = got.expect("the named waiter gets the lock");
+    assert!(
+        after < secs(5),
+        "the waiter got the lock {after:?} after the release"
+    );
+    guard.release().await;
+}
