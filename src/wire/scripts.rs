@@ -310,8 +310,10 @@ pub(crate) fn lock_scripts() -> [&'static Script; 7] {
 /// absent), and the fence appended to the notice (the *pre-grant*).
 /// A ticket of the releasing client (its tag in ARGV) is not published:
 /// the reply names it. Asked to hand the lock over (a seventh argument
-/// "1"), when the key was the holder's, the vote was pre-granted and the
-/// ticket says its client can take a handover (`h-{ms}`), the notice also
+/// "1"), when the key was the holder's, the vote was pre-granted, nobody
+/// listens on the plain channel (no client waits the classic way, which
+/// needs the other nodes freed to compete) and the ticket says its client
+/// can take a handover (`h-{ms}`), the notice also
 /// carries the holder's value, which the named waiter's acquire replaces
 /// on the other nodes (the *handover*: the holder leaves its keys there
 /// to it; DESIGN.md, section 2, fair queue, step 4).

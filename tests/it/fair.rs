@@ -712,8 +712,11 @@ async fn late_release(down: bool) {
     let mut urls = cluster.urls();
     urls[1] = proxies[0].url();
     urls[2] = proxies[1].url();
+    // Without the handover: a holder that hands the lock over sends no
+    // release to nodes 1 and 2 at all, so no release can be late there.
     let holder_client = crate::helpers::builder(urls)
         .node_timeout(secs(1))
+        .handover(false)
         .build()
         .unwrap();
     let waiter_client = client(&cluster, true);

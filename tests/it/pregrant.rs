@@ -52,7 +52,8 @@ struct Handoff {
     after: Duration,
 }
 
-/// Holder (one client) and a queued waiter (another), on `n` nodes with
+/// Holder (one client, without the handover) and a queued waiter
+/// (another), on `n` nodes with
 /// every fence at 1000 first (no write-back then: every node's fence moves
 /// in step), the resource homed on node 0; the waiter's retry policy
 /// sleeps 10 s, so only a notice gets it the lock sooner. A round whose
@@ -63,7 +64,15 @@ struct Handoff {
 async fn handoff(n: usize) -> Handoff {
     let cluster = Cluster::start(n);
     let resource = homed_at("pregrant", 0, n);
-    let (a, b) = (client(&cluster, true), client(&cluster, true));
+    // The pre-grant alone: from the second round on, the holder's client
+    // knows the lock is contended and would hand it over (fewer scripts,
+    // `a_contended_release_hands_the_other_nodes_over_to_the_named_waiter`).
+    let a = crate::helpers::builder(cluster.urls())
+        .node_timeout(secs(1))
+        .handover(false)
+        .build()
+        .unwrap();
+    let b = client(&cluster, true);
     warm_up(&a, &cluster).await;
     warm_up(&b, &cluster).await;
     for _ in 0..5 {
@@ -373,11 +382,34 @@ async fn held_via_queue_for(
 ) -> redfence::LockGuard {
     let first = client(cluster, true);
     warm_up(&first, cluster).await;
-    let holder = first.acquire(resource, secs(30)).await.unwrap();
-    let waiter = spawn_notice_waiter_with(a.clone(), resource.to_owned(), ttl);
-    assert!(eventually(secs(10), || queued(cluster, resource) == 1).await);
-    let (got, _) = release_and_wait(holder, waiter, secs(30)).await;
-    got.expect("a gets the lock through the queue")
+    let key = lock_key(resource);
+    for _ in 0..5 {
+        let holder = first.acquire(resource, secs(30)).await.unwrap();
+        let waiter = spawn_notice_waiter_with(a.clone(), resource.to_owned(), ttl);
+        assert!(eventually(secs(10), || queued(cluster, resource) == 1).await);
+        let (got, _) = release_and_wait(holder, waiter, secs(30)).await;
+        let guard = got.expect("a gets the lock through the queue");
+        // Its value on every node: a release only hands over where its own
+        // acquire was granted everywhere, and on a loaded machine `first`'s
+        // release can reach a node after `a`'s attempt, which is refused
+        // there.
+        let everywhere = eventually(secs(1), || {
+            let values: Vec<String> = cluster
+                .nodes
+                .iter()
+                .map(|n| n.cli(&["GET", &key]).trim().to_owned())
+                .collect();
+            values.iter().all(|v| !v.is_empty() && *v == values[0])
+        })
+        .await;
+        if everywhere {
+            // The last answer noted by the client, not only landed.
+            tokio::time::sleep(ms(50)).await;
+            return guard;
+        }
+        guard.release().await;
+    }
+    panic!("5 times a's lock through the queue did not reach every node");
 }
 
 /// The handover (DESIGN.md, section 2, fair queue, step 4). A holder that
@@ -656,4 +688,55 @@ async fn without_the_handover_a_contended_release_deletes_everywhere() {
         "the waiter got the lock {after:?} after the release"
     );
     guard.release().await;
+}
+
+/// A waiter outside the queue (a `fair(false)` client here; a queue
+/// widened when its home was silent listens the same way) needs the other
+/// nodes freed to compete: while one listens on the home's plain channel,
+/// a contended release deletes everywhere instead of handing over. (With
+/// the handover, such waiters starved behind a queue handing the lock
+/// from one of its waiters to the next: after a home restart, three of
+/// four worker processes whose queues had widened got no grant, in
+/// `fair::processes_keep_safe_turns_through_a_home_restarted_empty`.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_outside_the_queue_keeps_a_release_from_handing_over() {
+    let cluster = Cluster::start(3);
+    let resource = homed_at("handover-classic", 0, 3);
+    let (a, b, c) = (
+        client(&cluster, true),
+        client(&cluster, true),
+        client(&cluster, false),
+    );
+    for x in [&a, &b, &c] {
+        warm_up(x, &cluster).await;
+    }
+    let holder = held_via_queue(&cluster, &resource, &a).await;
+    let ahead = queued(&cluster, &resource);
+    let fair = spawn_notice_waiter(b.clone(), resource.clone());
+    assert!(eventually(secs(10), || queued(&cluster, &resource) == ahead + 1).await);
+    let classic = spawn_notice_waiter(c.clone(), resource.clone());
+    let channel = format!("{}@0", lock_key(&resource));
+    let listening = || {
+        cluster.nodes[0]
+            .cli(&["PUBSUB", "NUMSUB", &channel])
+            .lines()
+            .nth(1)
+            .and_then(|n| n.trim().parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    assert!(
+        eventually(secs(10), || listening() >= 1).await,
+        "the classic waiter listens on the home"
+    );
+    let released = holder.release().await;
+    println!("a classic waiter listening: {released:?}");
+    assert_eq!(released.handed_over, 0, "{released:?}");
+    // Both get the lock in turn.
+    for w in [fair, classic] {
+        let (got, _) = tokio::time::timeout(secs(30), w)
+            .await
+            .expect("a waiter hung")
+            .unwrap();
+        got.expect("the waiter gets the lock").release().await;
+    }
 }

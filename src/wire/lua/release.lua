@@ -42,7 +42,8 @@ if subs[4] > 0 then
         redis.call('DEL', KEYS[1])
       end
     end
-    handed = mine and fence ~= '' and ARGV[7] == '1' and string.find(next, 'h%-%d+$') ~= nil
+    handed = mine and fence ~= '' and ARGV[7] == '1' and subs[2] == 0
+      and string.find(next, 'h%-%d+$') ~= nil
     if own then
       here = {next, fence}
     elseif fence == '' then
