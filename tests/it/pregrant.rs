@@ -731,12 +731,14 @@ async fn a_waiter_outside_the_queue_keeps_a_release_from_handing_over() {
     let released = holder.release().await;
     println!("a classic waiter listening: {released:?}");
     assert_eq!(released.handed_over, 0, "{released:?}");
-    // Both get the lock in turn.
-    for w in [fair, classic] {
-        let (got, _) = tokio::time::timeout(secs(30), w)
+    // Both get the lock in turn, in either order.
+    let mut pending = vec![fair, classic];
+    while !pending.is_empty() {
+        let (out, _, rest) = tokio::time::timeout(secs(30), futures::future::select_all(pending))
             .await
-            .expect("a waiter hung")
-            .unwrap();
+            .expect("a waiter hung");
+        let (got, _) = out.unwrap();
         got.expect("the waiter gets the lock").release().await;
+        pending = rest;
     }
 }
