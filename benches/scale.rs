@@ -620,7 +620,7 @@ async fn release_many(
                         .pop();
                     let Some(guard) = next else { break };
                     let released = guard.release().await;
-                    if released.confirmed + released.pending < quorum {
+                    if released.confirmed + released.pending + released.handed_over < quorum {
                         short += 1;
                     }
                 }

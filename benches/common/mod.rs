@@ -564,9 +564,12 @@ pub async fn contend(
                         s.warm_acquired += 1;
                     }
                     // Confirmed where our key was, plus still on its way to
-                    // a paused node of the grant: fewer than a quorum means
-                    // a release failed where the lock was held.
-                    if released.confirmed + released.pending < client.quorum() {
+                    // a paused node of the grant, plus handed over to the
+                    // next fair waiter: fewer than a quorum means a
+                    // release failed where the lock was held.
+                    if released.confirmed + released.pending + released.handed_over
+                        < client.quorum()
+                    {
                         s.short_releases += 1;
                         s.first_error.get_or_insert_with(|| {
                             format!(

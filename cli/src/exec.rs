@@ -116,7 +116,7 @@ pub(crate) async fn run(common: &Common, args: Exec) -> i32 {
 /// did a grace period (see [`MAX_GRACE`]).
 async fn release(guard: LockGuard, node_timeout: Duration) {
     let released = guard.release().await;
-    if released.confirmed < released.nodes {
+    if released.confirmed + released.handed_over < released.nodes {
         tokio::time::sleep(node_timeout.min(MAX_GRACE)).await;
     }
 }
