@@ -72,15 +72,13 @@ pub(crate) async fn release(shared: &Shared, held: &Held) -> Released {
     {
         let handed = Arc::new(AtomicBool::new(false));
         let wait = Instant::now() + shared.config.node_timeout;
-        let mut fan = send_release(
-            shared,
-            held,
-            notice_id.clone(),
-            home,
-            0,
-            Some(&handed),
-            wait,
-        );
+        let step = Step {
+            targets: home,
+            credited: 0,
+            handover: Some(&handed),
+            deadline: wait,
+        };
+        let mut fan = send_release(shared, held, notice_id.clone(), &step);
         fan.hear_rest().await;
         if handed.load(Ordering::Acquire) {
             cleanup.disarm();
@@ -113,7 +111,13 @@ pub(crate) async fn release(shared: &Shared, held: &Held) -> Released {
         held.sent & !home
     };
     let deadline = release_deadline(shared, held);
-    let mut fan = send_release(shared, held, notice_id, targets, credited, None, deadline);
+    let step = Step {
+        targets,
+        credited,
+        handover: None,
+        deadline,
+    };
+    let mut fan = send_release(shared, held, notice_id, &step);
     let wait = Instant::now() + shared.config.node_timeout;
     fan.decide(release_confirmed, wait).await;
     let mut failures = fan.failures();
@@ -150,7 +154,13 @@ pub(crate) fn release_in_background(shared: &Shared, held: &Held) {
                 0
             };
         let deadline = release_deadline(shared, held);
-        let fan = send_release(shared, held, held.notice_id(), targets, 0, None, deadline);
+        let step = Step {
+            targets,
+            credited: 0,
+            handover: None,
+            deadline,
+        };
+        let fan = send_release(shared, held, held.notice_id(), &step);
         handle.spawn(fan.drain().instrument(span));
     }
 }
@@ -208,27 +218,27 @@ fn release_deadline(shared: &Shared, held: &Held) -> Instant {
         .max(Instant::now() + shared.config.node_timeout)
 }
 
-/// Starts the release on `targets` (`credited`: nodes that already
-/// confirmed) and queues it on every connection before returning. Then
-/// this client's own next waiter may send its attempt at once: on each
-/// node it runs after our delete, which saves it the notice's trip through
-/// Redis. `handover`: ask the home to hand the lock over, and set the flag
-/// when it did.
-fn send_release(
-    shared: &Shared,
-    held: &Held,
-    notice_id: String,
+/// Where and how one release fan-out goes.
+struct Step<'a> {
+    /// The nodes asked.
     targets: NodeSet,
+    /// Nodes that already confirmed (the home, asked first).
     credited: NodeSet,
-    handover: Option<&Arc<AtomicBool>>,
+    /// Ask the home to hand the lock over, and set the flag when it did.
+    handover: Option<&'a Arc<AtomicBool>>,
+    /// How long the requests live.
     deadline: Instant,
-) -> FanOut<()> {
+}
+
+/// Starts the release `step` and queues it on every connection before
+/// returning. Then this client's own next waiter may send its attempt at
+/// once: on each node it runs after our delete, which saves it the
+/// notice's trip through Redis.
+fn send_release(shared: &Shared, held: &Held, notice_id: String, step: &Step<'_>) -> FanOut<()> {
     let releasing = held
         .granted
         .then(|| shared.waits.releasing(&held.key, notice_id.clone()));
-    let mut fan = start_release(
-        shared, held, notice_id, targets, credited, handover, deadline,
-    );
+    let mut fan = start_release(shared, held, notice_id, step);
     fan.send_now(release_confirmed);
     if let Some(releasing) = releasing {
         releasing.queued();
@@ -238,15 +248,8 @@ fn send_release(
 
 /// `notice_id` is `held.notice_id()`, made once by the caller; see
 /// [`send_release`].
-fn start_release(
-    shared: &Shared,
-    held: &Held,
-    notice_id: String,
-    targets: NodeSet,
-    credited: NodeSet,
-    handover: Option<&Arc<AtomicBool>>,
-    deadline: Instant,
-) -> FanOut<()> {
+fn start_release(shared: &Shared, held: &Held, notice_id: String, step: &Step<'_>) -> FanOut<()> {
+    let handover = step.handover;
     // A failed attempt's cleanup is announced too (to other clients the
     // lock may now be free: a split vote), marked with this client's tag so
     // that its own waiters, who know better, ignore it.
@@ -314,9 +317,9 @@ fn start_release(
         .map(|_| Arc::new(shared.waits.busy(&held.key)));
     FanOut::start_credited(
         &shared.nodes,
-        targets,
-        credited,
-        deadline,
+        step.targets,
+        step.credited,
+        step.deadline,
         |node, _settled| {
             let (key, value) = (held.key.clone(), held.value.clone());
             let notice = notice.clone();

@@ -596,13 +596,27 @@ pub(crate) async fn release_and_wait(
     waiter: Waiting,
     within: Duration,
 ) -> (Result<redfence::LockGuard, redfence::Error>, Duration) {
-    let released = Instant::now();
-    holder.release().await;
+    let (_, got, after) = release_and_wait_reporting(holder, waiter, within).await;
+    (got, after)
+}
+
+/// [`release_and_wait`], with what the release reported.
+pub(crate) async fn release_and_wait_reporting(
+    holder: redfence::LockGuard,
+    waiter: Waiting,
+    within: Duration,
+) -> (
+    redfence::Released,
+    Result<redfence::LockGuard, redfence::Error>,
+    Duration,
+) {
+    let released_at = Instant::now();
+    let released = holder.release().await;
     let (got, at) = tokio::time::timeout(within, waiter)
         .await
         .expect("the waiter hung")
         .unwrap();
-    (got, at - released)
+    (released, got, at - released_at)
 }
 
 /// The first resource named `{prefix}-{i}` whose home is node `home` of

@@ -11,8 +11,8 @@
 use std::time::Duration;
 
 use crate::fair::{
-    client, homed_at, queue_key, queued, release_and_wait, spawn_notice_waiter,
-    spawn_notice_waiter_with,
+    client, homed_at, queue_key, queued, release_and_wait, release_and_wait_reporting,
+    spawn_notice_waiter, spawn_notice_waiter_with,
 };
 use crate::helpers::{calls, eventually, fence_key, lock_key, ms, secs, warm_up};
 use crate::support::Cluster;
@@ -446,14 +446,8 @@ async fn a_contended_release_hands_the_other_nodes_over_to_the_named_waiter() {
         let waiter = spawn_notice_waiter(b.clone(), resource.clone());
         assert!(eventually(secs(10), || queued(&cluster, &resource) == ahead + 1).await);
         let (before, attempts) = (scripts_at_rest(&cluster).await, b.stats().attempts);
-        let released_at = std::time::Instant::now();
-        let released = holder.release().await;
-        let (got, at) = tokio::time::timeout(secs(30), waiter)
-            .await
-            .expect("the waiter hung")
-            .unwrap();
+        let (released, got, after) = release_and_wait_reporting(holder, waiter, secs(30)).await;
         let guard = got.expect("the named waiter gets the lock");
-        let after = at - released_at;
         let token = guard.token().unwrap().get();
         let whole = eventually(secs(5), || {
             let v = values();
@@ -546,13 +540,7 @@ async fn keys_handed_to_a_ticket_nobody_holds_are_released_at_once() {
     }
     let planted = format!("{}0123456789abcdefh-30000", &real[..8]);
     home.cli(&["LPUSH", &queue, &planted]);
-    let released_at = std::time::Instant::now();
-    let released = holder.release().await;
-    let (got, at) = tokio::time::timeout(secs(30), waiter)
-        .await
-        .expect("the waiter hung")
-        .unwrap();
-    let after = at - released_at;
+    let (released, got, after) = release_and_wait_reporting(holder, waiter, secs(30)).await;
     println!("keys handed to a ticket nobody holds ({released:?}): the real waiter got the lock {after:?} after the release");
     assert_eq!(released.handed_over, 2, "{released:?}");
     let guard = got.expect("the real waiter gets the lock");
@@ -672,13 +660,7 @@ async fn without_the_handover_a_contended_release_deletes_everywhere() {
     let ahead = queued(&cluster, &resource);
     let waiter = spawn_notice_waiter(b.clone(), resource.clone());
     assert!(eventually(secs(10), || queued(&cluster, &resource) == ahead + 1).await);
-    let released_at = std::time::Instant::now();
-    let released = holder.release().await;
-    let (got, at) = tokio::time::timeout(secs(30), waiter)
-        .await
-        .expect("the waiter hung")
-        .unwrap();
-    let after = at - released_at;
+    let (released, got, after) = release_and_wait_reporting(holder, waiter, secs(30)).await;
     println!("handover(false): {released:?}; the waiter got the lock {after:?} after the release");
     assert_eq!(released.handed_over, 0, "{released:?}");
     assert_eq!(released.confirmed + released.pending, 3, "{released:?}");
