@@ -278,6 +278,10 @@ fn main() {
         println!(
             "\nINVARIANT BROKEN: overlapping holders, failed acquisitions or keys left (exit 1)"
         );
+        // `exit` runs no destructors: stop the servers first (a broken run
+        // of 2026-12-02 left its six behind).
+        drop(nodes);
+        drop(data);
         std::process::exit(1);
     }
 }

@@ -155,6 +155,8 @@ fn main() {
         println!(
             "\nINVARIANT BROKEN: overlapping holders, failed acquisitions or keys left (exit 1)"
         );
+        // `exit` runs no destructors: stop the servers first.
+        drop(nodes);
         std::process::exit(1);
     }
 }
