@@ -385,8 +385,11 @@ async fn held_via_queue_for(
     let key = lock_key(resource);
     for _ in 0..5 {
         let holder = first.acquire(resource, secs(30)).await.unwrap();
+        // From the second time on `first`'s own ticket may be queued (its
+        // client joined: its last release named a waiter).
+        let ahead = queued(cluster, resource);
         let waiter = spawn_notice_waiter_with(a.clone(), resource.to_owned(), ttl);
-        assert!(eventually(secs(10), || queued(cluster, resource) == 1).await);
+        assert!(eventually(secs(10), || queued(cluster, resource) == ahead + 1).await);
         let (got, _) = release_and_wait(holder, waiter, secs(30)).await;
         let guard = got.expect("a gets the lock through the queue");
         // Its value on every node: a release only hands over where its own
