@@ -234,7 +234,7 @@ async fn fair_wait(
     if target.home.pregrant_fence.is_some() {
         // The TTL the home's release sets when it pre-grants this ticket
         // its vote.
-        // `h`: this client takes handovers (step 4); a release whose
+        // `h`: this client takes handovers (step 3, the handover); a release whose
         // script predates them sees the TTL all the same.
         ticket.push_str("h-");
         ticket.push_str(&target.ttl.millis().to_string());
@@ -396,7 +396,7 @@ async fn fair_wait(
 }
 
 /// The keys a release handed over to this waiter (DESIGN.md, section 2,
-/// fair queue, step 4): the released holder's value, which its attempt
+/// fair queue, step 3, "Handover"): the released holder's value, which its attempt
 /// replaces on the nodes other than the home. Released on every such node
 /// when the waiter does not take them: its attempt failed (there they
 /// could only block the next waiter) or the waiter was dropped.

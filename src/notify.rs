@@ -338,7 +338,7 @@ impl Waits {
 
     /// Whether a release of `key` should ask the home to hand the lock
     /// over to the next fair waiter (DESIGN.md, section 2, fair queue,
-    /// step 4): the key has a fair queue here and it is contended, by
+    /// step 3, "Handover"): the key has a fair queue here and it is contended, by
     /// waiters of this client or by the tickets this client's last release
     /// or naming found. The release then waits for the home's answer
     /// before it releases the other nodes, so it is asked only where a

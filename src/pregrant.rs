@@ -37,7 +37,7 @@ pub(crate) struct Pregrant {
     /// the server that set the key was already running then.
     pub(crate) since: Instant,
     /// The released holder's value, when its release handed the lock over
-    /// (DESIGN.md, section 2, fair queue, step 4): its keys on the other
+    /// (DESIGN.md, section 2, fair queue, step 3, "Handover"): its keys on the other
     /// nodes are left for this waiter's acquire to replace.
     pub(crate) handed: Option<Arc<str>>,
 }

@@ -68,7 +68,7 @@ pub(crate) struct Pregranted {
 /// [`attempt`], with the value and the home's vote of a pre-grant when
 /// given, and the value of the holder whose release handed the lock over
 /// (`handed`: a key holding it counts as free; DESIGN.md, section 2, fair
-/// queue, step 4). Fenced targets only.
+/// queue, step 3, "Handover"). Fenced targets only.
 pub(crate) async fn attempt_pregranted(
     shared: &Arc<Shared>,
     target: &Target,

@@ -38,7 +38,7 @@ pub struct Released {
     /// key and named that waiter, and it is the only one that can take
     /// those keys; if it never does, they expire with our TTL). 0 when the
     /// release deleted everywhere. DESIGN.md, section 2, fair queue,
-    /// step 4.
+    /// step 3, "Handover".
     pub handed_over: usize,
 }
 

@@ -213,7 +213,7 @@ impl Script {
 /// node, asked for again (DESIGN.md, section 2, fair queue, step 3).
 /// Given a sixth argument, a key that holds it counts as free: the key of
 /// the holder whose release handed the lock over to this fair waiter
-/// (step 4 of the fair queue); it is replaced the same way.
+/// (the fair queue's step 3, "Handover"); it is replaced the same way.
 ///
 /// KEYS: lock key, fence key. ARGV: value, ttl ms, seed[, "1" to probe or
 /// ""[, "1" to take our own key or ""[, the value handed over]]].
@@ -316,7 +316,7 @@ pub(crate) fn lock_scripts() -> [&'static Script; 7] {
 /// can take a handover (`h-{ms}`), the notice also
 /// carries the holder's value, which the named waiter's acquire replaces
 /// on the other nodes (the *handover*: the holder leaves its keys there
-/// to it; DESIGN.md, section 2, fair queue, step 4).
+/// to it; DESIGN.md, section 2, fair queue, step 3, "Handover").
 /// Returns 1 when deleted, 2 when deleted and a ticket named, 4 when
 /// deleted, named and handed over, 3 when a ticket was named without the
 /// holder's key there, 0 when neither (elsewhere than the home: nothing
