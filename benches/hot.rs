@@ -35,8 +35,9 @@
 //!   client's, after its release): no task asks while another holds, so
 //!   each acquisition is the 1 × 1 row's, and the queue is never used. It
 //!   measures what handing the turn between these tasks and clients costs
-//!   with nothing in Redis to order them: the ceiling for any queue on
-//!   this machine. `fair ÷ relay` is the fair queue's own cost.
+//!   with nothing in Redis to order them: the ceiling for a queue whose
+//!   handoff costs one task's release and acquire. `fair ÷ relay` is the
+//!   fair queue's own cost below 1, and what the handover saves above 1.
 //!
 //! Mutual exclusion is checked in every row (an overlap exits 1).
 //! `REDFENCE_BENCH_ROWS=smoke` runs two small shapes (CI);
