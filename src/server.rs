@@ -84,10 +84,9 @@ struct Connected {
     /// Distinguishes this connection from its successors, so a failure seen
     /// on an old connection cannot tear down a newer one.
     generation: u64,
+    /// The server this connection reached. What the restart guard knows
+    /// of it is kept per server, not per connection (`Server::lineage`).
     identity: Arc<Identity>,
-    /// When the server started, on this process's clock (the restart
-    /// guard's reference; see `restart.rs`).
-    started: Instant,
 }
 
 enum State {
@@ -104,7 +103,8 @@ enum State {
 }
 
 /// Identity state shared by the nodes of one client: the `run_id` each node
-/// reported, to catch two URLs that reach the same server.
+/// reported, to catch two URLs that reach the same server. (What each
+/// node's address reaches over time is its own [`restart::Lineage`].)
 #[derive(Debug, Default)]
 pub(crate) struct Registry {
     run_ids: Mutex<Vec<Option<String>>>,
@@ -118,10 +118,9 @@ impl Registry {
     }
 
     /// Records `run_id` for node `index`, unless another node already
-    /// claimed it. The first node to connect keeps the identity, so the
-    /// outcome does not flap between the two URLs.
-    /// Returns the `run_id` the node had before, if any.
-    fn claim(&self, index: usize, run_id: &str) -> Result<Option<String>, usize> {
+    /// claimed it (`Err` names that node). The first node to connect keeps
+    /// the identity, so the outcome does not flap between the two URLs.
+    fn claim(&self, index: usize, run_id: &str) -> Result<(), usize> {
         // A std Mutex: held for a scan of N entries, never across an await.
         let mut ids = self.run_ids.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(other) = ids
@@ -131,9 +130,10 @@ impl Registry {
         {
             return Err(other);
         }
-        Ok(ids
-            .get_mut(index)
-            .and_then(|slot| slot.replace(run_id.to_owned())))
+        if let Some(slot) = ids.get_mut(index) {
+            *slot = Some(run_id.to_owned());
+        }
+        Ok(())
     }
 }
 
@@ -167,9 +167,11 @@ pub(crate) struct Server {
     /// Mirrors `inner.stalled.is_some()` so a reply only takes the lock when
     /// there is something to clear.
     stalled_hint: AtomicBool,
-    /// The `run_id` of the server whose fences the restart guard re-seeded
-    /// from a majority (see `Client::reseed`).
-    reseeded: Mutex<Option<String>>,
+    /// What the restart guard knows of the servers this address reached:
+    /// kept across connections, so that no reconnect makes a young server
+    /// vote or skips its re-seed (`restart::Lineage`). A std Mutex, never
+    /// held across an await.
+    lineage: Mutex<restart::Lineage>,
     /// Set when a fenced vote found the server young and not re-seeded; the
     /// client takes it and starts the re-seed.
     reseed_wanted: AtomicBool,
@@ -180,10 +182,6 @@ pub(crate) struct Server {
     /// A master shard of a Redis Cluster node: `redis_mode:cluster` is
     /// expected, not refused.
     shard: bool,
-    /// Set when the cluster's topology names this server master of slots
-    /// it did not serve before (a promoted replica): its next connection
-    /// counts as a server that started then (see `restarted_now`).
-    fresh: AtomicBool,
 }
 
 /// What a request that counts toward a quorum needs from the restart guard.
@@ -232,7 +230,6 @@ impl Server {
     ) -> Arc<Self> {
         Arc::new_cyclic(|me| Server {
             shard,
-            fresh: AtomicBool::new(false),
             index,
             addr,
             db,
@@ -253,7 +250,7 @@ impl Server {
             epoch: Instant::now(),
             last_reply: AtomicU64::new(0),
             stalled_hint: AtomicBool::new(false),
-            reseeded: Mutex::new(None),
+            lineage: Mutex::new(restart::Lineage::default()),
             reseed_wanted: AtomicBool::new(false),
             reseeding: AtomicBool::new(false),
             gauges: NodeGauges::default(),
@@ -291,10 +288,38 @@ impl Server {
     /// process's clock (`None` when not connected): a reply that came over
     /// the connection came from a server at least that old.
     pub(crate) fn started(&self) -> Option<Instant> {
-        match &self.lock_inner().state {
-            State::Ready(connected) => Some(connected.started),
-            _ => None,
-        }
+        let run_id = match &self.lock_inner().state {
+            State::Ready(connected) => connected.identity.run_id.clone(),
+            _ => return None,
+        };
+        self.lineage().started(&run_id)
+    }
+
+    fn lineage(&self) -> std::sync::MutexGuard<'_, restart::Lineage> {
+        self.lineage.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The restart guard's verdict on the server of `connected` now.
+    fn verdict(&self, connected: &Connected, vote: Vote) -> restart::Verdict {
+        self.lineage().verdict(
+            &connected.identity.run_id,
+            vote.window,
+            vote.fenced,
+            Instant::now(),
+        )
+    }
+
+    /// Whether the server on the current connection would vote in a
+    /// request under `vote` now (past its window and, for a fenced vote,
+    /// re-seeded if it was young when first seen). A fair queue's waiter
+    /// asks before it counts a vote the home pre-granted without asking
+    /// it, and a release before it lets the home pre-grant one.
+    pub(crate) fn votes_now(&self, vote: Vote) -> bool {
+        let connected = match &self.lock_inner().state {
+            State::Ready(connected) => connected.clone(),
+            _ => return false,
+        };
+        self.verdict(&connected, vote) == restart::Verdict::Votes
     }
 
     fn lock_inner(&self) -> std::sync::MutexGuard<'_, Inner> {
@@ -411,49 +436,31 @@ impl Server {
             return Err(NodeErrorKind::Skipped);
         }
         if let Some(vote) = vote {
-            let now = Instant::now();
-            if let Some(votes_in) = restart::votes_in(connected.started, now, vote.window) {
-                self.gauges.quarantined(&self.addr, true);
-                return Err(NodeErrorKind::Restarted {
-                    uptime: now.saturating_duration_since(connected.started),
-                    votes_in,
-                });
-            }
-            // A server already young when we connected may have lost fences
-            // (a restart without data): with fencing it votes only once they
-            // are re-seeded from the other nodes. The re-seed starts only
-            // now that the window is over: read earlier, while an attempt
-            // this server granted before its restart still collects grants
-            // elsewhere, the others may not hold that attempt's token yet
-            // (DESIGN.md §6, found by the model check).
-            // `uptime_in_seconds` may exceed the real uptime by a second
-            // (see `restart::started`): young means possibly younger than
-            // the window.
-            let unseeded = vote.fenced
-                && connected
-                    .identity
-                    .uptime
-                    .saturating_sub(Duration::from_secs(1))
-                    < vote.window
-                && !self.is_reseeded(&connected.identity.run_id);
-            if unseeded {
-                if !self.reseeding.load(Ordering::Acquire) {
-                    self.reseed_wanted.store(true, Ordering::Release);
+            // The verdict is the server's, whatever connection reaches it.
+            // A server already young when we first saw it may have lost
+            // fences (a restart without data): with fencing it votes only
+            // once they are re-seeded from the other nodes. The re-seed
+            // starts only once the window is over: read earlier, while an
+            // attempt this server granted before its restart still collects
+            // grants elsewhere, the others may not hold that attempt's token
+            // yet (DESIGN.md §6, found by the model check).
+            match self.verdict(&connected, vote) {
+                restart::Verdict::Votes => {}
+                restart::Verdict::Young { uptime, votes_in } => {
+                    self.gauges.quarantined(&self.addr, true);
+                    return Err(NodeErrorKind::Restarted { uptime, votes_in });
                 }
-                self.gauges.quarantined(&self.addr, true);
-                return Err(NodeErrorKind::Reseeding);
+                restart::Verdict::Unseeded => {
+                    if !self.reseeding.load(Ordering::Acquire) {
+                        self.reseed_wanted.store(true, Ordering::Release);
+                    }
+                    self.gauges.quarantined(&self.addr, true);
+                    return Err(NodeErrorKind::Reseeding);
+                }
             }
             self.gauges.quarantined(&self.addr, false);
         }
         Ok(connected)
-    }
-
-    fn is_reseeded(&self, run_id: &str) -> bool {
-        self.reseeded
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .as_deref()
-            == Some(run_id)
     }
 
     /// Takes the re-seed request, marking a re-seed as running.
@@ -465,7 +472,7 @@ impl Server {
     /// The re-seed of the server with `run_id` finished (`true`) or gave up.
     pub(crate) fn reseed_done(&self, run_id: Option<String>) {
         if let Some(run_id) = run_id {
-            *self.reseeded.lock().unwrap_or_else(|p| p.into_inner()) = Some(run_id);
+            self.lineage().reseeded(&run_id);
         }
         self.reseeding.store(false, Ordering::Release);
     }
@@ -477,19 +484,10 @@ impl Server {
     /// the restart guard's window, and with fencing re-seeded before it
     /// votes in fenced requests (DESIGN.md, "Redis Cluster nodes").
     pub(crate) fn restarted_now(&self) {
-        let mut inner = self.lock_inner();
-        if let State::Ready(c) = &mut inner.state {
-            tracing::warn!(node = %self.addr, "promoted to master of its slots: counted as started now");
-            let mut identity = (*c.identity).clone();
-            identity.uptime = Duration::ZERO;
-            c.identity = Arc::new(identity);
-            c.started = restart::started(Instant::now(), Duration::ZERO);
-        } else {
-            self.fresh.store(true, Ordering::Release);
-        }
-        drop(inner);
-        // Its fences, re-seeded before, may be behind again.
-        *self.reseeded.lock().unwrap_or_else(|p| p.into_inner()) = None;
+        tracing::warn!(node = %self.addr, "promoted to master of its slots: counted as started now");
+        // On this connection and every later one to the same server (a
+        // promoted replica keeps its process and `run_id`).
+        self.lineage().restarted_now(Instant::now());
     }
 
     /// The `run_id` of the server on the current connection, if connected.
@@ -503,12 +501,14 @@ impl Server {
     /// The `run_id` of the server on the current connection if its
     /// restart-guard `window` is over: the re-seed reads nothing before.
     pub(crate) fn run_id_past_window(&self, window: Duration) -> Option<String> {
-        match &self.lock_inner().state {
-            State::Ready(c) if restart::votes_in(c.started, Instant::now(), window).is_none() => {
-                Some(c.identity.run_id.clone())
-            }
-            _ => None,
-        }
+        let run_id = match &self.lock_inner().state {
+            State::Ready(c) => c.identity.run_id.clone(),
+            _ => return None,
+        };
+        let started = self.lineage().started(&run_id)?;
+        restart::votes_in(started, Instant::now(), window)
+            .is_none()
+            .then_some(run_id)
     }
 
     /// Records that the node answered (an error reply is an answer too) and
@@ -621,13 +621,13 @@ impl Server {
         let (Some((conn, identity)), true) = (fresh, current) else {
             return;
         };
-        let Ok(previous) = self.registry.claim(self.index, &identity.run_id) else {
+        if self.registry.claim(self.index, &identity.run_id).is_err() {
             return;
-        };
+        }
         tracing::warn!(node = %self.addr, "connection out of step while a fresh one answers: replaced");
         let generation = inner.next_generation;
         inner.next_generation += 1;
-        inner.state = State::Ready(self.connected(conn, generation, identity, previous));
+        inner.state = State::Ready(self.connected(conn, generation, identity));
         inner.stalled = None;
         self.stalled_hint.store(false, Ordering::Relaxed);
         self.gauges.stalled(&self.addr, false);
@@ -697,7 +697,6 @@ impl Server {
                 None => result.map(|(conn, identity)| Connected {
                     conn,
                     generation,
-                    started: restart::started(Instant::now(), identity.uptime),
                     identity: Arc::new(identity),
                 }),
             }
@@ -719,15 +718,25 @@ impl Server {
         generation: u64,
         result: Result<(MultiplexedConnection, Identity), NodeErrorKind>,
     ) -> ConnectResult {
+        // A connect overtaken by a newer one tells the restart guard
+        // nothing: its server may not be the one the address reaches now.
+        let newest = self.lock_inner().next_generation == generation + 1;
         let result = result.and_then(|(conn, identity)| {
-            let previous = self
-                .registry
+            self.registry
                 .claim(self.index, &identity.run_id)
                 .map_err(|other| NodeErrorKind::SameServer {
                     other,
                     run_id: identity.run_id.clone(),
                 })?;
-            Ok(self.connected(conn, generation, identity, previous))
+            Ok(if newest {
+                self.connected(conn, generation, identity)
+            } else {
+                Connected {
+                    conn,
+                    generation,
+                    identity: Arc::new(identity),
+                }
+            })
         });
         let mut inner = self.lock_inner();
         // Only the newest connect may install its result.
@@ -771,24 +780,24 @@ impl Server {
     /// so it counts as a server that started now, whatever its uptime: out
     /// of quorums for the restart guard's window, and with fencing its
     /// fences re-seeded before it votes (DESIGN.md, "The restart guard").
+    /// That verdict is kept with the server (`restart::Lineage`), so a
+    /// later connection to it, which reads its real uptime, changes
+    /// nothing.
     fn connected(
         &self,
         conn: MultiplexedConnection,
         generation: u64,
-        mut identity: Identity,
-        previous: Option<String>,
+        identity: Identity,
     ) -> Connected {
-        if self.fresh.swap(false, Ordering::AcqRel) {
-            tracing::warn!(node = %self.addr, run_id = %identity.run_id, "promoted to master of its slots: counted as started now");
-            identity.uptime = Duration::ZERO;
-        } else if previous.is_some_and(|id| id != identity.run_id) {
-            tracing::warn!(node = %self.addr, run_id = %identity.run_id, uptime = ?identity.uptime, "another server (restarted or replaced): counted as started now");
-            identity.uptime = Duration::ZERO;
+        if self
+            .lineage()
+            .observe(&identity.run_id, identity.uptime, Instant::now())
+        {
+            tracing::warn!(node = %self.addr, run_id = %identity.run_id, uptime = ?identity.uptime, "another server (restarted, replaced or promoted): counted as started now");
         }
         Connected {
             conn,
             generation,
-            started: restart::started(Instant::now(), identity.uptime),
             identity: Arc::new(identity),
         }
     }
@@ -974,15 +983,15 @@ mod tests {
     #[test]
     fn registry_first_claim_wins() {
         let r = Registry::new(3);
-        assert_eq!(r.claim(0, "a"), Ok(None));
-        assert_eq!(r.claim(1, "b"), Ok(None));
+        assert_eq!(r.claim(0, "a"), Ok(()));
+        assert_eq!(r.claim(1, "b"), Ok(()));
         assert_eq!(r.claim(2, "a"), Err(0));
         // A node reconnecting to its own server is fine; a restart with a new
-        // run_id replaces the old one (and reports it).
-        assert_eq!(r.claim(0, "a"), Ok(Some("a".to_owned())));
-        assert_eq!(r.claim(0, "c"), Ok(Some("a".to_owned())));
-        assert_eq!(r.claim(2, "a"), Ok(None));
+        // run_id replaces the old one.
+        assert_eq!(r.claim(0, "a"), Ok(()));
+        assert_eq!(r.claim(0, "c"), Ok(()));
+        assert_eq!(r.claim(2, "a"), Ok(()));
         // Out-of-range index: no panic.
-        assert_eq!(r.claim(9, "z"), Ok(None));
+        assert_eq!(r.claim(9, "z"), Ok(()));
     }
 }

@@ -145,10 +145,25 @@ async fn reseed(shared: &Shared, index: usize) -> Result<(String, usize), String
     }
     // Read after every source was: at least every token handed out before.
     let floor = clock_seed();
+    // The copy is exact only when enough sources kept their fences. With
+    // none to ask (a single node) or too few, every bucket's fence on the
+    // node is raised to at least the clock seed, also where no source holds
+    // one: the node may hold a stale fence rather than none (a promoted
+    // replica that missed the last increments keeps the ones it had), and
+    // its next `INCR` would repeat the lost holder's token. Before this, a
+    // single node failed over to such a replica handed the lost holder's
+    // token out again once its window was over
+    // (`failover::a_failover_behind_one_address_keeps_the_guard_across_reconnects`).
+    let exact = nodes.len() > 1 && sources >= needed;
+    if !exact {
+        for key in &all_keys {
+            fences.entry(key.to_string()).or_insert((0, 0));
+        }
+    }
     let keys: Vec<(String, u64)> = fences
         .into_iter()
         .map(|(key, (max, held_by))| {
-            let copied = if sources >= needed && held_by == sources {
+            let copied = if exact && held_by == sources {
                 max
             } else {
                 max.max(floor)

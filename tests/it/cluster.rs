@@ -496,9 +496,19 @@ async fn a_promoted_replica_sits_out_the_window_and_its_fences_are_raised() {
     );
     stolen.release().await;
 
-    // The guarded client: refused while the first lease may be valid.
+    // The guarded client: refused while the first lease may be valid,
+    // also when every connection to the promoted master drops inside the
+    // window and a request that does not vote reconnects before each
+    // attempt (issue 31: the reconnect read the server's real uptime and
+    // it voted at once; the verdict is now kept with the server).
     let refused_until = held.valid_until();
+    let (mut young, mut drops) = (0, 0);
     while Instant::now() < refused_until {
+        cluster
+            .server(replica)
+            .cli(&["CLIENT", "KILL", "TYPE", "normal"]);
+        drops += 1;
+        let _ = guarded.inspect("failover-other").await;
         match guarded.try_acquire(&resource, TTL).await {
             Ok(Some(_guard)) => panic!(
                 "granted a second holder {:?} before the first lease ended",
@@ -512,10 +522,18 @@ async fn a_promoted_replica_sits_out_the_window_and_its_fences_are_raised() {
                     kinds.iter().all(|k| !matches!(k, NodeErrorKind::Redis(_))),
                     "{e}"
                 );
+                young += kinds
+                    .iter()
+                    .filter(|k| matches!(k, NodeErrorKind::Restarted { .. }))
+                    .count();
             }
         }
         tokio::time::sleep(ms(200)).await;
     }
+    assert!(
+        young >= 3,
+        "the promoted master was reported young {young} times in {drops} reconnects"
+    );
     // After the window: granted, with a token above the lost one.
     let deadline = Instant::now() + secs(30);
     let next = loop {

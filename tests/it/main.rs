@@ -12,6 +12,7 @@ mod cluster;
 mod contention;
 mod errors;
 mod fair;
+mod failover;
 mod faults;
 mod fencing;
 mod hardening;
