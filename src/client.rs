@@ -74,9 +74,10 @@ impl Client {
         fence_key(&self.shared.config.key_prefix, resource).to_string()
     }
 
-    /// This client's tag: 8 hex digits that begin every lock value it
-    /// writes (`{tag}:{secret}`), so that a key seen in Redis, or a holder
-    /// reported by [`inspect`](Self::inspect), can be traced to a process.
+    /// This client's tag: 16 hex digits (64 random bits) that begin every
+    /// lock value it writes (`{tag}:{secret}`) and every fair-queue ticket,
+    /// so that a key seen in Redis, or a holder reported by
+    /// [`inspect`](Self::inspect), can be traced to a process.
     /// Random per client (clones share it); not a secret.
     pub fn id(&self) -> &str {
         &self.shared.id_text

@@ -18,12 +18,12 @@ use std::time::{Duration, Instant};
 
 use crate::failure::{FailureReason, NodeErrorKind, QuorumFailure};
 use crate::notify::{free_in, Place};
-use crate::pregrant::Pregrant;
+use crate::pregrant::{HandedOver, Pregrant};
 use crate::protocol::attempt::{attempt_pregranted, Pregranted};
 use crate::protocol::queue::{self, Look};
 use crate::protocol::release::release_handed;
 use crate::protocol::shared::{Grant, Shared, Target};
-use crate::resource::{pregrant_value, push_hex};
+use crate::resource::{self, pregrant_value, ticket_parts};
 use crate::retry::{jitter, Retry};
 use crate::validity::{later, validity};
 
@@ -228,9 +228,7 @@ async fn fair_wait(
     let started = Instant::now();
     // The client's tag first: the home's release publishes the ticket on
     // the channel of the client it names (`resource::fair_channels`).
-    let mut ticket = String::with_capacity(shared.id_text.len() + 16);
-    ticket.push_str(&shared.id_text);
-    push_hex(&mut ticket, u128::from(rand::random::<u64>()), 16);
+    let mut ticket = resource::ticket(&shared.id_text);
     if target.home.pregrant_fence.is_some() {
         // The TTL the home's release sets when it pre-grants this ticket
         // its vote.
@@ -318,8 +316,8 @@ async fn fair_wait(
             handed.take_over(value);
         }
         let pregranted = waiter.pregranted();
-        let result =
-            attempt_pregranted(shared, target, probe, pregranted, handed.value.as_deref()).await;
+        let hash = handed.value.as_ref().map(|h| h.hash.clone());
+        let result = attempt_pregranted(shared, target, probe, pregranted, hash.as_deref()).await;
         // Granted, the keys it replaced are ours; refused, those it did
         // not reach are released now.
         handed.done(result.is_ok());
@@ -403,13 +401,13 @@ async fn fair_wait(
 struct Handed<'a> {
     shared: &'a Arc<Shared>,
     target: &'a Target,
-    value: Option<Arc<str>>,
+    value: Option<HandedOver>,
 }
 
 impl Handed<'_> {
     /// A naming handed this waiter `value`; the keys of an earlier
     /// handover it has not taken are released.
-    fn take_over(&mut self, value: Arc<str>) {
+    fn take_over(&mut self, value: HandedOver) {
         if let Some(old) = self.value.replace(value) {
             self.release(old);
         }
@@ -423,7 +421,7 @@ impl Handed<'_> {
         }
     }
 
-    fn release(&self, value: Arc<str>) {
+    fn release(&self, value: HandedOver) {
         release_handed(self.shared, &self.target.key, &self.target.home, value);
     }
 }
@@ -508,10 +506,16 @@ impl Waiter<'_> {
         self.used.push(pregrant.notice.clone());
         let now = Instant::now();
         let config = &self.shared.config;
-        let guard_passed = self
-            .shared
-            .vote(true)
-            .is_none_or(|vote| later(pregrant.since, vote.window) <= now);
+        // Counted unasked only when the server that set the key was past
+        // the restart guard's window when the notice's connection opened,
+        // and when this client's own connection to the home would count
+        // that server's vote now (past its window and, if it was seen
+        // young, re-seeded): a home restarted empty or a promoted replica
+        // is asked, and its fence settled, like any other node (issue 31).
+        let home = self.shared.nodes.get(self.target.home.index);
+        let guard_passed = self.shared.vote(true).is_none_or(|vote| {
+            later(pregrant.since, vote.window) <= now && home.is_some_and(|n| n.votes_now(vote))
+        });
         let since = self.joined_at.filter(|&joined| {
             guard_passed
                 && pregrant.fence.is_some()
@@ -563,7 +567,7 @@ impl Waiter<'_> {
         let ours = look
             .head_ticket
             .as_deref()
-            .is_some_and(|t| t.starts_with(&*self.shared.id_text) && place.prod(t));
+            .is_some_and(|t| ticket_parts(t).0 == &*self.shared.id_text && place.prod(t));
         let at = if free && !ours {
             // Another client's turn and the lock is free: give its owner a
             // turn window (a healthy one attempts within a round trip of

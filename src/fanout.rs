@@ -199,6 +199,15 @@ impl<T: Send + Default + 'static> FanOut<T> {
         }
     }
 
+    /// Waits for the answers still in flight until `until` (capped at the
+    /// node deadline), recording them, without counting the silent as
+    /// timed out: they may still answer in the background
+    /// ([`finish_in_background`](Self::finish_in_background)).
+    pub(crate) async fn hear_until(&mut self, until: Instant) {
+        self.gather(until.min(self.deadline), &Result::is_ok, |_| false)
+            .await;
+    }
+
     /// Records answers as they come until `done`, until every request has
     /// answered, or until `until`.
     async fn gather(

@@ -25,8 +25,9 @@ pub enum Holder {
     /// A client with this client's tag ([`Client::id`](crate::Client::id)):
     /// this client or one of its clones.
     Us,
-    /// Another client, named by the tag its lock values carry (the 8 hex
-    /// digits [`Client::id`](crate::Client::id) returns on that client), or
+    /// Another client, named by the tag its lock values carry (the 16 hex
+    /// digits [`Client::id`](crate::Client::id) returns on that client; 8
+    /// for clients of redfence before 64-bit tags), or
     /// `None` for a value not written by redfence (no tag to show).
     Other {
         /// The holder's client tag.
@@ -189,10 +190,12 @@ pub(crate) struct Observation {
 }
 
 /// The tag of a lock value: what precedes the `:`, when it looks like one
-/// of ours (8 lowercase hex digits).
+/// of ours (lowercase hex digits).
 pub(crate) fn value_tag(value: &str) -> Option<&str> {
     let (tag, _secret) = value.split_once(':')?;
-    let is_tag = tag.len() == 8 && tag.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
+    // 16 hex digits; 8 in values of clients before issue 31.
+    let is_tag =
+        matches!(tag.len(), 8 | 16) && tag.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
     is_tag.then_some(tag)
 }
 

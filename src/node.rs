@@ -128,6 +128,32 @@ impl Node {
         }
     }
 
+    /// See [`Server::run_script_vouched`]; a cluster always runs `plain`
+    /// (its shards never pre-grant).
+    pub(crate) async fn run_script_vouched(
+        &self,
+        script: &Script,
+        vouched: &Cmd,
+        plain: &Cmd,
+        vouch: Option<Vote>,
+    ) -> Result<Value, NodeErrorKind> {
+        match &self.kind {
+            Kind::Server(s) => s.run_script_vouched(script, vouched, plain, vouch).await,
+            Kind::Cluster(c) => {
+                c.run(Routed::Script(script, plain), &Settled::NEVER, true, None)
+                    .await
+            }
+        }
+    }
+
+    /// See [`Server::votes_now`]; `false` on a cluster.
+    pub(crate) fn votes_now(&self, vote: Vote) -> bool {
+        match &self.kind {
+            Kind::Server(s) => s.votes_now(vote),
+            Kind::Cluster(_) => false,
+        }
+    }
+
     /// See [`Server::run_command`]. On a cluster an `MGET` of keys in
     /// several slots goes as one pipeline of `GET`s per master
     /// ([`Cluster::mget`]).

@@ -50,7 +50,7 @@ use tokio::task::JoinHandle;
 
 use crate::failure::{NodeErrorKind, NodeFailure};
 use crate::node::Node;
-use crate::pregrant::{naming, Home, Orphan, OrphanHook, Pregrant};
+use crate::pregrant::{naming, HandedOver, Home, Orphan, OrphanHook, Pregrant};
 
 mod place;
 mod subscriber;
@@ -61,6 +61,11 @@ pub(crate) use place::Place;
 /// is published on up to N nodes. Copies of one release arrive within a
 /// round trip of each other; a few dozen releases apart is far enough.
 const RECENT_NOTICES: usize = 32;
+
+/// Tickets remembered per resource whose waiters are gone (see
+/// `Queue::gone`): a naming comes within a few releases of a waiter's
+/// leaving; an older one is not released and its key expires with its TTL.
+pub(super) const GONE_TICKETS: usize = 128;
 
 /// How long a resource stays subscribed after its last waiter left: a
 /// client that waits on a resource again soon reuses the subscription
@@ -194,7 +199,7 @@ impl Busy {
         notice: &str,
         fence: &str,
         since: Instant,
-        handed: Option<Arc<str>>,
+        handed: Option<HandedOver>,
     ) {
         let pregrant = (!fence.is_empty()).then(|| Pregrant {
             notice: notice.into(),
@@ -230,6 +235,11 @@ struct Queue {
     /// Tickets of this client's waiters that left (cancelled, gave up):
     /// a release that names one passes the turn to our first waiter.
     left: VecDeque<Arc<str>>,
+    /// Tickets this client issued whose waiter is gone (left, or got the
+    /// lock), the last [`GONE_TICKETS`]: a pre-grant to one of them is an
+    /// [`Orphan`] to release, a pre-grant to a ticket it never issued is
+    /// not its to touch.
+    gone: VecDeque<Arc<str>>,
     /// Local waiters whose ticket a release named, not yet taken, with
     /// the home's vote when the release pre-granted it.
     named: Vec<(u64, Option<Pregrant>)>,
@@ -294,10 +304,10 @@ impl Drop for Waits {
 }
 
 impl Waits {
-    /// Waiting state of the client with id `client`.
-    pub(crate) fn new(client: &uuid::Uuid, local_handoffs: u32) -> Self {
-        let mut tag = client.simple().to_string();
-        tag.truncate(8);
+    /// Waiting state of the client with tag `client`.
+    pub(crate) fn new(client: &str, local_handoffs: u32) -> Self {
+        let mut tag = String::with_capacity(client.len() + 1);
+        tag.push_str(client);
         tag.push('/');
         Self {
             shared: Arc::new(Shared {
@@ -541,7 +551,7 @@ impl Shared {
                     // acts. A fourth field is the home's fence: the
                     // release pre-granted the home's vote to the ticket.
                     let notice = payload.split(':').next().unwrap_or("");
-                    let (ticket, pregrant) = naming(next, notice, since);
+                    let (ticket, pregrant) = naming(next, notice, since, Instant::now());
                     let orphan = queue.turn(key, ticket, pregrant);
                     drop(queues);
                     self.orphaned(orphan);
@@ -695,6 +705,16 @@ impl Queue {
             // (the queue's new head may be free to go).
             self.look_at = Some(Instant::now());
             self.wake_head();
+        }
+        // Only a ticket this client issued is its orphan to release. A
+        // ticket on this client's channel that it never issued is another
+        // live client's whose tag is the same (or planted by hand):
+        // releasing it deleted that client's pre-granted key and gave the
+        // home's vote to the next ticket, two holders (issue 31, with
+        // 32-bit tags). It is left alone: its own client uses it, or it
+        // expires with its TTL.
+        if !self.gone.iter().any(|t| **t == *next) {
+            return None;
         }
         self.orphan(key, next.into(), pregrant)
     }
@@ -858,7 +878,7 @@ mod tests {
     #[test]
     fn other_clients_get_a_turn_after_local_handoffs() {
         const LOCAL_TURNS: u32 = 4;
-        let waits = Waits::new(&uuid::Uuid::new_v4(), LOCAL_TURNS);
+        let waits = Waits::new(&crate::resource::client_tag(), LOCAL_TURNS);
         let key: Arc<str> = "k".into();
         let a = waits.join(&[], &key);
         // Another client's release, heard with 3 clients subscribed.
@@ -885,7 +905,7 @@ mod tests {
         // the clients to spread over.
         assert_eq!(a.head().unwrap().competitors, 3);
         // With this client alone, every release is handed over at once.
-        let alone = Waits::new(&uuid::Uuid::new_v4(), LOCAL_TURNS);
+        let alone = Waits::new(&crate::resource::client_tag(), LOCAL_TURNS);
         let b = alone.join(&[], &key);
         for i in 0..(2 * LOCAL_TURNS) {
             let before = b.head().unwrap().heard;
@@ -912,9 +932,8 @@ mod tests {
 
     #[test]
     fn own_cleanup_notices_are_ignored() {
-        let id = uuid::Uuid::new_v4();
-        let waits = Waits::new(&id, DEFAULT_LOCAL_HANDOFFS);
-        assert_eq!(waits.tag().len(), 9);
+        let waits = Waits::new(&crate::resource::client_tag(), DEFAULT_LOCAL_HANDOFFS);
+        assert_eq!(waits.tag().len(), 17);
         let key: Arc<str> = "k".into();
         let a = waits.join(&[], &key);
         let h0 = a.head().unwrap().heard;
@@ -951,7 +970,7 @@ mod tests {
 
     #[test]
     fn a_pregranted_naming_reaches_its_waiter_or_comes_back_as_an_orphan() {
-        let waits = Waits::new(&uuid::Uuid::new_v4(), DEFAULT_LOCAL_HANDOFFS);
+        let waits = Waits::new(&crate::resource::client_tag(), DEFAULT_LOCAL_HANDOFFS);
         let orphans = Arc::new(Mutex::new(Vec::new()));
         let seen = orphans.clone();
         waits.on_orphan(move |o: Orphan| {
@@ -986,22 +1005,24 @@ mod tests {
         shared.heard_from("k", &format!("n6:2:{mine}"), 0, since);
         let kept = a.take_named().flatten().map(|v| v.notice);
         assert_eq!(kept.as_deref(), Some("n5"));
-        // A vote for a ticket no waiter here holds comes back to release;
-        // so does one its waiter never took before leaving.
-        shared.heard_from("k", "n3:2:aaaaaaaa0000000000000009-30000:1003", 0, since);
+        // A vote its waiter never took before leaving comes back to
+        // release; so does a later one for the ticket of a waiter that
+        // left.
         shared.heard_from("k", &format!("n4:2:{mine}:1004"), 0, since);
         drop(a);
+        shared.heard_from("k", &format!("n7:2:{mine}:1007"), 0, since);
+        // A vote for a ticket this client never issued (another live
+        // client with the same tag, or one planted by hand) is not this
+        // client's to release (issue 31): nothing comes back.
+        shared.heard_from("k", "n3:2:aaaaaaaa0000000000000009-30000:1003", 0, since);
         let orphans = orphans.lock().unwrap();
         let got: Vec<(&str, &str)> = orphans.iter().map(|(t, n)| (&**t, &**n)).collect();
-        assert_eq!(
-            got,
-            vec![("aaaaaaaa0000000000000009-30000", "n3"), (mine, "n4")]
-        );
+        assert_eq!(got, vec![(mine, "n4"), (mine, "n7")]);
     }
 
     #[test]
     fn a_granted_waiters_ticket_is_the_holders_not_one_that_left() {
-        let waits = Waits::new(&uuid::Uuid::new_v4(), DEFAULT_LOCAL_HANDOFFS);
+        let waits = Waits::new(&crate::resource::client_tag(), DEFAULT_LOCAL_HANDOFFS);
         let orphans = Arc::new(Mutex::new(Vec::new()));
         let seen = orphans.clone();
         waits.on_orphan(move |o: Orphan| seen.lock().unwrap().push(o.notice));

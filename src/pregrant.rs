@@ -8,7 +8,9 @@
 //! `protocol::release` releases orphans.
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
+
+use crate::validity::later;
 
 /// Where a resource's fair queue lives: one of the N nodes, the same for
 /// every client that lists the nodes in the same order.
@@ -36,40 +38,70 @@ pub(crate) struct Pregrant {
     /// When the subscription connection that carried the notice connected:
     /// the server that set the key was already running then.
     pub(crate) since: Instant,
-    /// The released holder's value, when its release handed the lock over
-    /// (DESIGN.md, section 2, fair queue, step 3, "Handover"): its keys on the other
-    /// nodes are left for this waiter's acquire to replace.
-    pub(crate) handed: Option<Arc<str>>,
+    /// When the release that handed the lock over (DESIGN.md, section 2,
+    /// fair queue, step 3, "Handover") left the released holder's keys on
+    /// the other nodes for this waiter's acquire to replace.
+    pub(crate) handed: Option<HandedOver>,
+}
+
+/// The released holder's keys a handover left for the named waiter: known
+/// by the SHA1 of the holder's value, never the value itself (which proves
+/// ownership, and the notice travels on pub/sub, which every client that
+/// may subscribe can read), and how long they live at most.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct HandedOver {
+    /// `SHA1(value)` in lowercase hex, as `redis.sha1hex` computes it.
+    pub(crate) hash: Arc<str>,
+    /// The keys are gone by then: a release of them lives until then.
+    pub(crate) until: Instant,
+}
+
+impl HandedOver {
+    /// The keys of the holder with `value`, which expire by `until`.
+    pub(crate) fn of(value: &str, until: Instant) -> Self {
+        Self {
+            hash: sha1_smol::Sha1::from(value).digest().to_string().into(),
+            until,
+        }
+    }
 }
 
 /// A naming's payload after `{notice}:{listeners}:`, that is
-/// `{ticket}[:{fence}[:{holder's value}]]`: the ticket, the vote when a
-/// fence follows, and the handover when the released holder's value
-/// follows (a value has colons of its own: it is the rest). `notice` is
-/// the payload's first field, `since` the connection's connect instant.
+/// `{ticket}[:{fence}[:{sha1 of the holder's value}:{its keys' life ms}]]`:
+/// the ticket, the vote when a fence follows, and the handover when the
+/// hash follows. `notice` is the payload's first field, `since` the
+/// connection's connect instant, `now` when the notice arrived (the keys'
+/// life counts from then, at the latest).
 pub(crate) fn naming<'a>(
     rest: &'a str,
     notice: &str,
     since: Instant,
+    now: Instant,
 ) -> (&'a str, Option<Pregrant>) {
-    match rest.split_once(':') {
-        Some((ticket, vote)) => {
-            let (fence, handed) = match vote.split_once(':') {
-                Some((fence, value)) if !value.is_empty() => (fence, Some(value.into())),
-                _ => (vote, None),
-            };
-            (
-                ticket,
-                Some(Pregrant {
-                    notice: notice.into(),
-                    fence: fence.parse().ok(),
-                    since,
-                    handed,
-                }),
-            )
+    let mut parts = rest.split(':');
+    let ticket = parts.next().unwrap_or(rest);
+    let Some(fence) = parts.next() else {
+        return (ticket, None);
+    };
+    let handed = match (parts.next(), parts.next()) {
+        (Some(hash), Some(life)) if !hash.is_empty() => {
+            let life = Duration::from_millis(life.parse().unwrap_or(0));
+            Some(HandedOver {
+                hash: hash.into(),
+                until: later(now, life),
+            })
         }
-        None => (rest, None),
-    }
+        _ => None,
+    };
+    (
+        ticket,
+        Some(Pregrant {
+            notice: notice.into(),
+            fence: fence.parse().ok(),
+            since,
+            handed,
+        }),
+    )
 }
 
 /// A home's vote pre-granted to a ticket of this client whose waiter left,
@@ -82,9 +114,9 @@ pub(crate) struct Orphan {
     pub(crate) home: Home,
     pub(crate) ticket: Arc<str>,
     pub(crate) notice: Arc<str>,
-    /// The released holder's value when its release handed the lock over:
-    /// its keys on the other nodes are released too.
-    pub(crate) handed: Option<Arc<str>>,
+    /// The released holder's keys when its release handed the lock over:
+    /// they are released too.
+    pub(crate) handed: Option<HandedOver>,
 }
 
 /// What the client does with an [`Orphan`] (`protocol::release`): set
@@ -104,9 +136,11 @@ mod tests {
     #[test]
     fn a_naming_carries_the_vote_when_a_fence_follows_the_ticket() {
         let since = Instant::now();
-        let ticket = "aaaaaaaa0000000000000001-30000";
-        assert_eq!(naming(ticket, "n1", since), (ticket, None));
-        let (named, vote) = naming("aaaaaaaa0000000000000001-30000:1002", "n1", since);
+        let now = since + Duration::from_secs(1);
+        let ticket = "aaaaaaaaaaaaaaaa.0000000000000001h-30000";
+        assert_eq!(naming(ticket, "n1", since, now), (ticket, None));
+        let payload = format!("{ticket}:1002");
+        let (named, vote) = naming(&payload, "n1", since, now);
         assert_eq!(named, ticket);
         assert_eq!(
             vote,
@@ -117,19 +151,28 @@ mod tests {
                 handed: None,
             })
         );
-        // A handover carries the released holder's value, colons and all.
-        let (named, vote) = naming(
-            "aaaaaaaa0000000000000001h-30000:1002:bbbbbbbb:0123:n0",
-            "n1",
-            since,
+        // A handover carries the hash of the released holder's value and
+        // how long its keys live, never the value.
+        let value = "bbbbbbbbbbbbbbbb:0123";
+        let hash = HandedOver::of(value, now).hash;
+        assert_eq!(hash.len(), 40);
+        assert_eq!(
+            &*hash,
+            &*sha1_smol::Sha1::from("bbbbbbbbbbbbbbbb:0123")
+                .digest()
+                .to_string()
         );
-        assert_eq!(named, "aaaaaaaa0000000000000001h-30000");
+        let payload = format!("{ticket}:1002:{hash}:2500");
+        let (named, vote) = naming(&payload, "n1", since, now);
+        assert_eq!(named, ticket);
         let vote = vote.expect("a vote");
         assert_eq!(vote.fence, Some(1002));
-        assert_eq!(vote.handed.as_deref(), Some("bbbbbbbb:0123:n0"));
+        let handed = vote.handed.expect("a handover");
+        assert_eq!(handed.hash, hash);
+        assert_eq!(handed.until, now + Duration::from_millis(2500));
         // An unreadable fence still says the key was set: the home is
         // asked then.
-        let (_, vote) = naming("aaaaaaaa0000000000000001-30000:x", "n1", since);
+        let (_, vote) = naming(&format!("{ticket}:x"), "n1", since, now);
         assert_eq!(vote.map(|v| v.fence), Some(None));
     }
 }

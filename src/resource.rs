@@ -166,29 +166,85 @@ pub(crate) fn notice_key(channel: &str, db: i64) -> Option<&str> {
 /// A fair queue's channels of lock key `key` on database `db`: the marker
 /// that fair waiters subscribe to so that the home node's release knows
 /// the queue has listeners (`{channel}/q`, never published on), and this
-/// client's own (`{channel}/{tag}`, `tag` the first 8 hex digits of its
-/// id), on which the release names the ticket whose turn it is: only the
-/// client holding that ticket hears it.
+/// client's own (`{channel}/{tag}`, `tag` the client's [`client_tag`]), on
+/// which the release names the ticket whose turn it is: only the client
+/// holding that ticket hears it.
 pub(crate) fn fair_channels(key: &str, db: i64, tag: &str) -> [String; 2] {
     let channel = notice_channel(key, db);
     [format!("{channel}/q"), format!("{channel}/{tag}")]
 }
 
-/// A fresh lock value, 41 bytes: the first 8 hex digits of the client's id
-/// (to tell owners apart when inspecting keys), `:`, and 128 bits from a
-/// CSPRNG as 32 hex digits. At most 44 bytes, Redis stores the value in one
-/// allocation with its header (embstr), which a held lock's memory shows
-/// (`benches/scale.rs`, 100k and 1M locks held: 181–191 bytes per held
-/// lock against 213–223 with the whole UUID). The 128 bits come from a CSPRNG (`rand`'s thread RNG, ChaCha
-/// seeded from the OS), so that nobody can guess another owner's value and
-/// release or extend its lock. A new value is drawn for every attempt; see
-/// DESIGN.md ("Why a new value per attempt").
+/// Hex digits of a client's tag: 64 random bits.
+pub(crate) const TAG_DIGITS: u32 = 16;
+
+/// A fresh client tag: 64 bits from a CSPRNG as 16 hex digits. Lock values
+/// and fair-queue tickets start with it, and a client hears the namings
+/// of its tickets on the channel its tag names: two live clients with one
+/// tag would take each other's namings for their own. Until issue 31 it
+/// was the first 8 hex digits of a v4 UUID, 32 bits (a collision within
+/// about 2^16 clients, which months of CLI processes reach).
+pub(crate) fn client_tag() -> String {
+    let mut tag = String::with_capacity(TAG_DIGITS as usize);
+    push_hex(&mut tag, u128::from(rand::random::<u64>()), TAG_DIGITS);
+    tag
+}
+
+/// A fair-queue ticket of the client tagged `tag`: `{tag}.{16 hex}`, its
+/// 64 random bits unique per waiter. The `.` ends the tag, so the scripts
+/// read it whatever its length (tickets of clients before issue 31 had no
+/// `.`: their tag is their first 8 characters, `wire/lua/*.lua`). A waiter
+/// that takes pre-grants adds `h-{ttl ms}` itself (`fair.rs`).
+pub(crate) fn ticket(tag: &str) -> String {
+    let mut ticket = String::with_capacity(tag.len() + 1 + 16 + 12);
+    ticket.push_str(tag);
+    ticket.push('.');
+    push_hex(&mut ticket, u128::from(rand::random::<u64>()), 16);
+    ticket
+}
+
+/// A ticket's client tag and the rest: split at its first `.`, or after 8
+/// characters for a ticket of a client before issue 31.
+pub(crate) fn ticket_parts(ticket: &str) -> (&str, &str) {
+    match ticket.split_once('.') {
+        Some(parts) => parts,
+        None => {
+            let at = ticket
+                .char_indices()
+                .nth(8)
+                .map_or(ticket.len(), |(i, _)| i);
+            ticket.split_at(at)
+        }
+    }
+}
+
+/// The alphabet of a lock value's secret: URL-safe base64, which has
+/// neither `:` (a value's separator) nor `.` (a ticket's).
+const SECRET_ALPHABET: &[u8; 64] =
+    b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+
+/// Characters of a lock value's secret: 22 of 6 bits, 128 random bits.
+const SECRET_CHARS: u32 = 22;
+
+/// A fresh lock value, 39 bytes: the client's tag (16 hex digits, to tell
+/// owners apart when inspecting keys), `:`, and 128 bits from a CSPRNG as
+/// 22 URL-safe base64 characters. At most 44 bytes, Redis stores the value
+/// in one allocation with its header (embstr), which a held lock's memory
+/// shows (`benches/scale.rs`, 100k and 1M locks held: 181–191 bytes per
+/// held lock against 213–223 with the whole UUID); a 16-digit tag with the
+/// secret in hex (49 bytes) would not fit. The 128 bits come from a
+/// CSPRNG (`rand`'s thread RNG, ChaCha seeded from the OS), so that nobody
+/// can guess another owner's value and release or extend its lock. A new
+/// value is drawn for every attempt; see DESIGN.md ("Why a new value per
+/// attempt").
 pub(crate) fn lock_value(client_id: &str) -> Arc<str> {
     let secret: u128 = rand::random();
-    let mut value = String::with_capacity(client_id.len() + 33);
+    let mut value = String::with_capacity(client_id.len() + 1 + SECRET_CHARS as usize);
     value.push_str(client_id);
     value.push(':');
-    push_hex(&mut value, secret, 32);
+    for i in 0..SECRET_CHARS {
+        let sextet = (secret >> (i * 6)) & 0x3f;
+        value.push(char::from(SECRET_ALPHABET[sextet as usize]));
+    }
     value.into()
 }
 
@@ -196,13 +252,11 @@ pub(crate) fn lock_value(client_id: &str) -> Arc<str> {
 /// 2, step 3): `{tag}:{rest of the ticket}:{notice}`, which the home's
 /// release script builds from the ticket it names and its own notice id.
 /// Unique per naming (the notice id is random per acquisition); it starts
-/// like every lock value, with the client's tag and a `:`.
+/// like every lock value, with the client's tag and a `:`. Not secret: the
+/// ticket is in the queue and the notice is published on the waiter's
+/// channel (DESIGN.md, section 5).
 pub(crate) fn pregrant_value(ticket: &str, notice: &str) -> Arc<str> {
-    let at = ticket
-        .char_indices()
-        .nth(8)
-        .map_or(ticket.len(), |(i, _)| i);
-    let (tag, rest) = ticket.split_at(at);
+    let (tag, rest) = ticket_parts(ticket);
     let mut value = String::with_capacity(ticket.len() + notice.len() + 2);
     value.push_str(tag);
     value.push(':');
@@ -218,8 +272,36 @@ mod tests {
 
     #[test]
     fn a_pregranted_value_starts_with_the_tag() {
+        let value = pregrant_value(
+            "0123abcd0123abcd.89abcdef01234567h-30000",
+            "fedcba9876543210",
+        );
+        assert_eq!(
+            &*value,
+            "0123abcd0123abcd:89abcdef01234567h-30000:fedcba9876543210"
+        );
+        // A ticket of a client before issue 31: an 8-digit tag, no `.`.
         let value = pregrant_value("0123abcd89abcdef01234567-30000", "fedcba9876543210");
         assert_eq!(&*value, "0123abcd:89abcdef01234567-30000:fedcba9876543210");
+    }
+
+    #[test]
+    fn tags_tickets_and_values_have_their_shapes() {
+        let tag = client_tag();
+        assert_eq!(tag.len(), TAG_DIGITS as usize);
+        assert!(tag.bytes().all(|b| b.is_ascii_hexdigit()));
+        let t = ticket(&tag);
+        assert_eq!(ticket_parts(&t).0, tag);
+        assert_eq!(ticket_parts(&t).1.len(), 16);
+        let v = lock_value(&tag);
+        assert_eq!(v.len(), 39, "{v}");
+        assert!(v.len() <= 44, "embstr");
+        let (head, secret) = v.split_once(':').unwrap();
+        assert_eq!(head, tag);
+        assert!(!secret.contains(':') && !secret.contains('.'));
+        // Distinct draws (2^-128 to fail).
+        assert_ne!(lock_value(&tag), lock_value(&tag));
+        assert_ne!(client_tag(), client_tag());
     }
 
     #[test]
@@ -301,12 +383,6 @@ mod tests {
         let mut out = String::from("x:");
         push_hex(&mut out, 0x1234_5678_9abc_def0_1122_3344_5566_7788, 8);
         assert_eq!(out, "x:55667788", "the low digits only");
-        let value = lock_value("0badf00d");
-        assert_eq!(value.len(), 41);
-        assert!(value.starts_with("0badf00d:"));
-        assert!(value[9..]
-            .bytes()
-            .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase()));
     }
 
     #[test]
@@ -386,14 +462,21 @@ mod tests {
 
     #[test]
     fn values_are_unique_and_long() {
-        let a = lock_value("0123abcd");
-        let b = lock_value("0123abcd");
+        let a = lock_value("0123abcd0123abcd");
+        let b = lock_value("0123abcd0123abcd");
         assert_ne!(a, b);
         let secret = a.rsplit(':').next().unwrap();
-        assert_eq!(secret.len(), 32, "128 bits as hex");
-        assert!(a.starts_with("0123abcd:"));
+        assert_eq!(secret.len(), 22, "128 bits in base64");
+        assert!(secret.bytes().all(|b| SECRET_ALPHABET.contains(&b)));
+        assert!(a.starts_with("0123abcd0123abcd:"));
         // Redis keeps strings of up to 44 bytes in one allocation with
         // their header (embstr): a held lock costs less.
-        assert_eq!(a.len(), 41);
+        assert_eq!(a.len(), 39);
+        // Every bit of the secret lands in it: the all-ones and all-zeros
+        // secrets differ in every character.
+        let ones = (0..SECRET_CHARS)
+            .map(|i| SECRET_ALPHABET[((u128::MAX >> (i * 6)) & 0x3f) as usize])
+            .collect::<Vec<u8>>();
+        assert_eq!(ones.last(), Some(&SECRET_ALPHABET[3]), "the top two bits");
     }
 }

@@ -161,7 +161,10 @@ pub(crate) enum Verdict {
     Votes,
     /// Younger than the window: `uptime` since its latest possible start,
     /// `votes_in` left.
-    Young { uptime: Duration, votes_in: Duration },
+    Young {
+        uptime: Duration,
+        votes_in: Duration,
+    },
     /// Past the window, but it may have lost fences: a fenced vote waits
     /// for its re-seed.
     Unseeded,
@@ -231,7 +234,8 @@ impl Lineage {
         }
         // Young when first seen (it may have restarted without its data a
         // moment before): its fences are trusted only once re-seeded.
-        let young_at_first_sight = known.first_seen.saturating_duration_since(known.started) < window;
+        let young_at_first_sight =
+            known.first_seen.saturating_duration_since(known.started) < window;
         if fenced && young_at_first_sight && !known.reseeded {
             return Verdict::Unseeded;
         }
@@ -327,7 +331,10 @@ mod tests {
         // started: another server, started now.
         let t1 = t0 + 2 * S;
         assert!(l.observe("new", 3600 * S, t1));
-        assert!(matches!(l.verdict("new", w, true, t1), Verdict::Young { .. }));
+        assert!(matches!(
+            l.verdict("new", w, true, t1),
+            Verdict::Young { .. }
+        ));
         // A connection drop and a reconnect inside the window: the same
         // server reports its real uptime; it still waits out the window.
         let t2 = t1 + 3 * S;
@@ -345,7 +352,10 @@ mod tests {
         l.reseeded("new");
         assert_eq!(l.verdict("new", w, true, t3), Verdict::Votes);
         // A connection still on the old server never votes again.
-        assert!(matches!(l.verdict("old", w, false, t3), Verdict::Young { .. }));
+        assert!(matches!(
+            l.verdict("old", w, false, t3),
+            Verdict::Young { .. }
+        ));
     }
 
     #[test]
@@ -385,14 +395,20 @@ mod tests {
         // Same run_id (a promoted replica keeps its process), yet young,
         // also after a reconnect that reads its real uptime.
         l.observe("r", 3601 * S, t1 + S);
-        assert!(matches!(l.verdict("r", w, true, t1 + S), Verdict::Young { .. }));
+        assert!(matches!(
+            l.verdict("r", w, true, t1 + S),
+            Verdict::Young { .. }
+        ));
         assert_eq!(l.verdict("r", w, true, t1 + 11 * S), Verdict::Unseeded);
         // Promoted before this client ever connected: the first server
         // seen counts as started then.
         let mut fresh = Lineage::default();
         fresh.restarted_now(t0);
         assert!(fresh.observe("s", 3600 * S, t1));
-        assert!(matches!(fresh.verdict("s", w, false, t1), Verdict::Young { .. }));
+        assert!(matches!(
+            fresh.verdict("s", w, false, t1),
+            Verdict::Young { .. }
+        ));
         assert_eq!(fresh.started("s"), Some(t1));
         assert_eq!(fresh.started("x"), None);
     }

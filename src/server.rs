@@ -344,6 +344,38 @@ impl Server {
         vote: Option<Vote>,
     ) -> Result<Value, NodeErrorKind> {
         let connected = self.ready(settled, through_stall, vote).await?;
+        self.send_script(&connected, script, evalsha, settled).await
+    }
+
+    /// Runs `vouched` when the server this connection reaches would vote
+    /// under `vouch` now (always with the guard off, `None`), else `plain`:
+    /// the home's release, which may pre-grant a fair waiter the home's
+    /// vote only when the releaser itself would count that server's vote
+    /// (DESIGN.md, section 2, step 3, "The restart guard"). Chosen on the
+    /// connection the script then goes out on, so a reconnect to another
+    /// server in between cannot slip past the check. Sent through stalls
+    /// and however late, as releases are.
+    pub(crate) async fn run_script_vouched(
+        &self,
+        script: &Script,
+        vouched: &Cmd,
+        plain: &Cmd,
+        vouch: Option<Vote>,
+    ) -> Result<Value, NodeErrorKind> {
+        let connected = self.ready(&Settled::NEVER, true, None).await?;
+        let votes = vouch.is_none_or(|v| self.verdict(&connected, v) == restart::Verdict::Votes);
+        let evalsha = if votes { vouched } else { plain };
+        self.send_script(&connected, script, evalsha, &Settled::NEVER)
+            .await
+    }
+
+    async fn send_script(
+        &self,
+        connected: &Connected,
+        script: &Script,
+        evalsha: &Cmd,
+        settled: &Settled,
+    ) -> Result<Value, NodeErrorKind> {
         let mut conn = connected.conn.clone();
         let first = evalsha.query_async(&mut conn).await;
         let reply = match first {

@@ -224,9 +224,10 @@ impl Subject {
             }
             Subject::Floor { conns, sha, fenced } => {
                 let key = format!("floor:lock:{resource}");
-                // As long as the crate's values (8 hex digits of the
-                // client's id, ':', 128 random bits in hex: 41 bytes).
-                let value = format!("{:08x}:{seq:032x}", task as u32);
+                // As long as the crate's values (16 hex digits of the
+                // client's tag, ':', 128 random bits in 22 base64
+                // characters: 39 bytes).
+                let value = format!("{:016x}:{seq:022x}", task as u64);
                 let fence = fenced
                     .as_deref()
                     .map(|sha| (sha, floor_fence_key(resource)));

@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use tokio::sync::Notify;
 
-use super::{Command, Shared, RECENT_NOTICES};
+use super::{Command, Shared, GONE_TICKETS, RECENT_NOTICES};
 use crate::pregrant::Pregrant;
 
 /// A waiter's place in its resource's queue. Dropping it leaves the queue
@@ -174,11 +174,17 @@ impl Drop for Place {
                 .iter()
                 .find(|(id, _, _)| *id == self.id)
                 .and_then(|(_, _, ticket)| ticket.clone());
-            if let Some(ticket) = ticket.as_ref().filter(|_| !self.granted) {
-                if queue.left.len() == RECENT_NOTICES {
-                    queue.left.pop_front();
+            if let Some(ticket) = ticket.as_ref() {
+                if !self.granted {
+                    if queue.left.len() == RECENT_NOTICES {
+                        queue.left.pop_front();
+                    }
+                    queue.left.push_back(ticket.clone());
                 }
-                queue.left.push_back(ticket.clone());
+                if queue.gone.len() == GONE_TICKETS {
+                    queue.gone.pop_front();
+                }
+                queue.gone.push_back(ticket.clone());
             }
             queue.waiters.retain(|(id, _, _)| *id != self.id);
             // A naming this waiter never took: its pre-granted vote is

@@ -21,6 +21,7 @@ use crate::protocol::settle::settle_token;
 use crate::protocol::shared::{Grant, Held, Shared, Target};
 use crate::resource::lock_value;
 use crate::stats::Event;
+use crate::validity::later;
 use crate::wire::commands::{
     parse_fenced, parse_held, parse_probed_set, parse_set, pttl, set_nx, set_nx_probed,
 };
@@ -164,6 +165,11 @@ pub(crate) async fn attempt_pregranted(
     )
     .await;
     held.sent = round.sent;
+    // When the keys expire at the latest: a node may set one as late as
+    // the round's deadline, and the home's pre-granted key was set before
+    // now. Releases live until then (DESIGN.md, "Releases outlive the
+    // key"); validity counts from the round's start instead.
+    held.expires_at = later(round.deadline.max(Instant::now()), target.ttl.duration());
     cleanup.update(&held);
     reseed_if_wanted(shared);
     let (start, granted) = (round.outcome?, round.granted);
@@ -175,7 +181,6 @@ pub(crate) async fn attempt_pregranted(
                 *fence = p.fence;
             }
         }
-        held.expires_at = start + target.ttl.duration();
     }
     let token = match &target.fence {
         None => None,

@@ -9,6 +9,7 @@ use std::time::Instant;
 use crate::failure::{NodeFailure, Phase, QuorumFailure};
 use crate::protocol::round::round;
 use crate::protocol::shared::{Held, Shared, Target};
+use crate::validity::later;
 use crate::wire::commands::parse_extend;
 use crate::wire::scripts::EXTEND;
 
@@ -58,7 +59,9 @@ pub(crate) async fn extend(
     let start = round.outcome?;
     Ok(Extended {
         valid_until: start + target.ttl.duration() - target.drift,
-        expires_at: start + target.ttl.duration(),
+        // An upper bound: a node may run the extend as late as the
+        // round's deadline (the validity's lower bound is its start).
+        expires_at: later(round.deadline, target.ttl.duration()),
         failures: round.failures,
         granted: round.granted,
     })

@@ -16,8 +16,8 @@ use crate::node::Settled;
 use crate::protocol::shared::{Shared, Target};
 use crate::resource::notice_channel;
 use crate::resource::pregrant_value;
-use crate::wire::commands::{enqueue, lrem, pexpire, rpush};
-use crate::wire::scripts::{LEAVE, QUEUE};
+use crate::wire::commands::lrem;
+use crate::wire::scripts::{JOIN, LEAVE, QUEUE};
 
 /// What the home node said about the queue and the lock.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -33,13 +33,13 @@ pub(crate) struct Look {
     pub(crate) position: u64,
 }
 
-/// Appends `ticket` to the queue (`RPUSH`): the join of a waiter that
-/// arrives at a busy resource, instead of an attempt bound to fail. With
-/// `keep`, also keeps the queue key alive for `life` (`PEXPIRE`,
-/// pipelined); without, a key the `RPUSH` created (a queue that had
-/// emptied, or a home restarted empty) gets its `PEXPIRE` in the
-/// background. One or two commands on one node: the whole cost of
-/// waiting, besides the named attempt.
+/// Appends `ticket` to the queue: the join of a waiter that arrives at a
+/// busy resource, instead of an attempt bound to fail. One script on one
+/// node (`wire/lua/join.lua`): the `RPUSH`, and the queue key's `PEXPIRE`
+/// for `life` when `keep` or when the `RPUSH` created the key (a queue
+/// that had emptied, or a home restarted empty), in one step, so that no
+/// crash between the two can leave a queue key without expiry. The whole
+/// cost of waiting, besides the named attempt.
 pub(crate) async fn join(
     shared: &Arc<Shared>,
     target: &Target,
@@ -48,28 +48,20 @@ pub(crate) async fn join(
     keep: bool,
 ) -> Option<Look> {
     let node = shared.nodes.get(target.home.index)?;
-    let queue = &target.home.queue;
-    let len = if keep {
-        let pipe = enqueue(queue, ticket, life_ms(life));
-        let reply = bounded(shared, node.run_pipeline(&pipe, &Settled::NEVER, None)).await?;
-        match reply {
-            Value::Array(items) => match items.as_slice() {
-                [Value::Int(len), _] => *len,
-                _ => return None,
-            },
-            _ => return None,
-        }
-    } else {
-        let cmd = rpush(queue, ticket);
-        let Value::Int(len) =
-            bounded(shared, node.run_command(&cmd, &Settled::NEVER, None)).await?
-        else {
-            return None;
-        };
-        if len == 1 {
-            in_background(shared, target, pexpire(queue, life_ms(life)));
-        }
-        len
+    let life = life_ms(life).to_string();
+    let args: [&[u8]; 3] = [
+        ticket.as_bytes(),
+        life.as_bytes(),
+        if keep { b"1" } else { b"" },
+    ];
+    let keys: [&str; 1] = [&target.home.queue];
+    let Value::Int(len) = bounded(
+        shared,
+        node.run_script(&JOIN, &keys, &args, &Settled::NEVER, true, None),
+    )
+    .await?
+    else {
+        return None;
     };
     // Alone in the queue: most likely the lock is free (or its holder
     // will name this ticket); behind others, wait to be named.

@@ -4,7 +4,7 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use tracing::Instrument;
 
@@ -12,9 +12,10 @@ use crate::failure::{NodeErrorKind, NodeFailure};
 use crate::fanout::{all_nodes, node_set, FanOut, NodeSet};
 use crate::fence::clock_seed;
 use crate::node::Settled;
-use crate::pregrant::{Home, Orphan};
+use crate::pregrant::{HandedOver, Home as QueueHome, Orphan};
 use crate::protocol::shared::{Held, Shared};
 use crate::resource::{notice_channel, pregrant_value};
+use crate::validity::later;
 use crate::wire::commands::parse_flag;
 use crate::wire::scripts::RELEASE;
 
@@ -71,15 +72,21 @@ pub(crate) async fn release(shared: &Shared, held: &Held) -> Released {
         && shared.waits.hands_over(&held.key)
     {
         let handed = Arc::new(AtomicBool::new(false));
-        let wait = Instant::now() + shared.config.node_timeout;
+        // The home's request lives as long as the key it deletes, like any
+        // release's (a paused or backlogged home runs it late, and
+        // redis-rs skips a request whose caller gave up before it was
+        // written: the key stayed its TTL and nobody was named); the
+        // caller waits for its answer one node timeout at most.
         let step = Step {
             targets: home,
             credited: 0,
             handover: Some(&handed),
-            deadline: wait,
+            deadline: release_deadline(shared, held),
+            by_hash: false,
         };
         let mut fan = send_release(shared, held, notice_id.clone(), &step);
-        fan.hear_rest().await;
+        fan.hear_until(Instant::now() + shared.config.node_timeout)
+            .await;
         if handed.load(Ordering::Acquire) {
             cleanup.disarm();
             let others = others.count_ones() as usize;
@@ -100,6 +107,10 @@ pub(crate) async fn release(shared: &Shared, held: &Held) -> Released {
                 .filter(|f| f.index == held.home.index)
                 .collect::<Vec<_>>(),
         );
+        // Not answered yet: it goes on in the background. If it hands over
+        // later, the named waiter's acquire finds the other nodes freed by
+        // the release below, which is as good.
+        fan.finish_in_background();
     }
     let targets = if first.is_none() {
         // A granted lock's release always goes to the home node, even
@@ -116,6 +127,7 @@ pub(crate) async fn release(shared: &Shared, held: &Held) -> Released {
         credited,
         handover: None,
         deadline,
+        by_hash: false,
     };
     let mut fan = send_release(shared, held, notice_id, &step);
     let wait = Instant::now() + shared.config.node_timeout;
@@ -143,6 +155,12 @@ pub(crate) async fn release(shared: &Shared, held: &Held) -> Released {
 /// not (a failed attempt). Without a tokio runtime it does nothing and the
 /// TTL frees the lock.
 pub(crate) fn release_in_background(shared: &Shared, held: &Held) {
+    background(shared, held, false);
+}
+
+/// [`release_in_background`]; `by_hash`: `held.value` is the SHA1 of the
+/// value to delete (the keys a handover left, known by their hash).
+fn background(shared: &Shared, held: &Held, by_hash: bool) {
     if let Ok(handle) = tokio::runtime::Handle::try_current() {
         let span = tracing::debug_span!("background_release", key = %held.key);
         // Queued here, not in the task: a release dropped just before the
@@ -159,6 +177,7 @@ pub(crate) fn release_in_background(shared: &Shared, held: &Held) {
             credited: 0,
             handover: None,
             deadline,
+            by_hash,
         };
         let fan = send_release(shared, held, held.notice_id(), &step);
         handle.spawn(fan.drain().instrument(span));
@@ -172,9 +191,12 @@ pub(crate) fn release_in_background(shared: &Shared, held: &Held) {
 /// released holder's keys on the other nodes, left for the waiter, are
 /// released too.
 pub(crate) fn release_orphan(shared: &Shared, orphan: Orphan) {
-    if let Some(value) = orphan.handed.clone() {
-        release_handed(shared, &orphan.key, &orphan.home, value);
+    if let Some(handed) = orphan.handed.clone() {
+        release_handed(shared, &orphan.key, &orphan.home, handed);
     }
+    // The pre-granted key was set with the ticket's TTL before now: the
+    // release lives until it would have expired.
+    let ttl = ticket_ttl(&orphan.ticket).unwrap_or(shared.config.node_timeout);
     let held = Held {
         key: orphan.key,
         value: pregrant_value(&orphan.ticket, &orphan.notice),
@@ -182,31 +204,43 @@ pub(crate) fn release_orphan(shared: &Shared, orphan: Orphan) {
         granted: true,
         sent: node_set([orphan.home.index]),
         ours: Arc::default(),
-        expires_at: Instant::now(),
+        expires_at: later(Instant::now(), ttl),
         home: orphan.home,
         ticket: Some(orphan.ticket),
     };
     release_in_background(shared, &held);
 }
 
+/// The TTL a fair ticket carries (`…-{ms}`): what the home's pre-grant sets.
+fn ticket_ttl(ticket: &str) -> Option<Duration> {
+    let (_, ms) = ticket.rsplit_once('-')?;
+    ms.parse().ok().map(Duration::from_millis)
+}
+
 /// Releases, in the background, the keys a handover left for a fair waiter
 /// that will not take them (it left, its attempt failed): the released
-/// holder's `value` on every node but the home (compare-and-delete: a key
-/// the waiter replaced already holds its own value).
-pub(crate) fn release_handed(shared: &Shared, key: &Arc<str>, home: &Home, value: Arc<str>) {
+/// holder's keys on every node but the home, known by the SHA1 of its
+/// value (compare-and-delete: a key the waiter replaced already holds its
+/// own value), until they would have expired.
+pub(crate) fn release_handed(
+    shared: &Shared,
+    key: &Arc<str>,
+    home: &QueueHome,
+    handed: HandedOver,
+) {
     let others = all_nodes(shared.nodes.len()) & !node_set([home.index]);
     let held = Held {
         key: key.clone(),
-        value,
+        value: handed.hash,
         notice: rand::random(),
         granted: false,
         sent: others,
         ours: Arc::default(),
-        expires_at: Instant::now(),
+        expires_at: handed.until,
         home: home.clone(),
         ticket: None,
     };
-    release_in_background(shared, &held);
+    background(shared, &held, true);
 }
 
 /// How long a release's requests live: until the keys would have expired
@@ -228,6 +262,8 @@ struct Step<'a> {
     handover: Option<&'a Arc<AtomicBool>>,
     /// How long the requests live.
     deadline: Instant,
+    /// `held.value` is the SHA1 of the value to delete.
+    by_hash: bool,
 }
 
 /// Starts the release `step` and queues it on every connection before
@@ -262,12 +298,14 @@ fn start_release(shared: &Shared, held: &Held, notice_id: String, step: &Step<'_
     // the EVALSHA that carries it, once.
     let db0 = shared.nodes.first().map_or(0, |n| n.db());
     let channel0: Arc<str> = notice_channel(&held.key, db0).into();
+    let by_hash: &[u8] = if step.by_hash { b"sha1" } else { b"" };
     let evalsha0 = Arc::new(RELEASE.evalsha(
         &[&held.key],
         &[
             held.value.as_bytes(),
             notice.as_bytes(),
             channel0.as_bytes(),
+            by_hash,
         ],
     ));
     // The home node's release also tends the fair queue: it takes out this
@@ -284,32 +322,47 @@ fn start_release(shared: &Shared, held: &Held, notice_id: String, step: &Step<'_
         // this client (its tag) is named in the reply, not published.
         let tag = shared.id_text.as_bytes();
         let hand_over: &[u8] = if handover.is_some() { b"1" } else { b"" };
+        // How long the holder's keys live at most, for a handover's
+        // notice: the named waiter releases them until then if it does
+        // not take them.
+        let life = held
+            .expires_at
+            .saturating_duration_since(Instant::now())
+            .as_millis()
+            .to_string();
+        let seed = clock_seed().to_string();
+        let args = |vouched: &'static [u8]| -> [&[u8]; 9] {
+            [
+                held.value.as_bytes(),
+                notice.as_bytes(),
+                channel.as_bytes(),
+                ticket.as_bytes(),
+                seed.as_bytes(),
+                tag,
+                hand_over,
+                vouched,
+                life.as_bytes(),
+            ]
+        };
         match &held.home.pregrant_fence {
-            Some(fence) => Arc::new(RELEASE.evalsha(
-                &[&held.key, &held.home.queue, fence],
-                &[
-                    held.value.as_bytes(),
-                    notice.as_bytes(),
-                    channel.as_bytes(),
-                    ticket.as_bytes(),
-                    clock_seed().to_string().as_bytes(),
-                    tag,
-                    hand_over,
-                ],
-            )),
-            None => Arc::new(RELEASE.evalsha(
-                &[&held.key, &held.home.queue],
-                &[
-                    held.value.as_bytes(),
-                    notice.as_bytes(),
-                    channel.as_bytes(),
-                    ticket.as_bytes(),
-                    b"",
-                    tag,
-                ],
-            )),
+            // Two forms: the home pre-grants only where the releasing
+            // connection's server would vote in a fenced request now
+            // (`Server::run_script_vouched`).
+            Some(fence) => {
+                let keys: [&str; 3] = [&held.key, &held.home.queue, fence];
+                Home {
+                    vouched: Some(RELEASE.evalsha(&keys, &args(b"1"))),
+                    plain: RELEASE.evalsha(&keys, &args(b"")),
+                }
+            }
+            None => Home {
+                vouched: None,
+                plain: RELEASE.evalsha(&[&held.key, &held.home.queue], &args(b"")),
+            },
         }
     });
+    let home = home.map(Arc::new);
+    let vouch = shared.vote(true);
     // Releases ignore the settled flag and go through to stalled nodes: the
     // acquire they follow may be queued there.
     let busy = home
@@ -322,26 +375,51 @@ fn start_release(shared: &Shared, held: &Held, notice_id: String, step: &Step<'_
         step.deadline,
         |node, _settled| {
             let (key, value) = (held.key.clone(), held.value.clone());
+            let expires_at = held.expires_at;
             let notice = notice.clone();
             let handed = handover.cloned();
             let mut busy_here = None;
+            let mut at_home = None;
             let (channel, evalsha) = match &home {
                 Some(home) if node.index() == held.home.index => {
                     busy_here = busy.clone();
-                    (channel0.clone(), Some(Arc::clone(home)))
+                    at_home = Some(Arc::clone(home));
+                    (channel0.clone(), None)
                 }
                 _ if node.db() == db0 => (channel0.clone(), Some(Arc::clone(&evalsha0))),
                 _ => (notice_channel(&key, node.db()).into(), None),
             };
+            let by_hash = step.by_hash;
             async move {
-                let reply = match evalsha {
-                    Some(evalsha) => {
+                let reply = match (at_home, evalsha) {
+                    (Some(home), _) => match &home.vouched {
+                        Some(vouched) => {
+                            node.run_script_vouched(&RELEASE, vouched, &home.plain, vouch)
+                                .await?
+                        }
+                        None => {
+                            node.run_script_prepared(
+                                &RELEASE,
+                                &home.plain,
+                                &Settled::NEVER,
+                                true,
+                                None,
+                            )
+                            .await?
+                        }
+                    },
+                    (None, Some(evalsha)) => {
                         node.run_script_prepared(&RELEASE, &evalsha, &Settled::NEVER, true, None)
                             .await?
                     }
-                    None => {
-                        let args: [&[u8]; 3] =
-                            [value.as_bytes(), notice.as_bytes(), channel.as_bytes()];
+                    (None, None) => {
+                        let hashed: &[u8] = if by_hash { b"sha1" } else { b"" };
+                        let args: [&[u8]; 4] = [
+                            value.as_bytes(),
+                            notice.as_bytes(),
+                            channel.as_bytes(),
+                            hashed,
+                        ];
                         node.run_script(&RELEASE, &[&key], &args, &Settled::NEVER, true, None)
                             .await?
                     }
@@ -369,7 +447,7 @@ fn start_release(shared: &Shared, held: &Held, notice_id: String, step: &Step<'_
                             // reconnect, only makes the vote count less).
                             let since = node.started().unwrap_or_else(Instant::now);
                             let handed_value = matches!(items.first(), Some(redis::Value::Int(4)))
-                                .then(|| value.clone());
+                                .then(|| HandedOver::of(&value, expires_at));
                             busy.named_here(&ticket, &notice, &fence, since, handed_value);
                             items.into_iter().next().unwrap_or(redis::Value::Nil)
                         }
@@ -402,6 +480,14 @@ fn start_release(shared: &Shared, held: &Held, notice_id: String, step: &Step<'_
             }
         },
     )
+}
+
+/// The home node's release, in the forms it may take: `vouched` lets the
+/// script pre-grant the named waiter the home's vote (only on a plain
+/// server with fencing on), `plain` never does.
+struct Home {
+    vouched: Option<redis::Cmd>,
+    plain: redis::Cmd,
 }
 
 /// A release's answer that counts: the node deleted our key.

@@ -26,6 +26,10 @@ pub(crate) struct Round<T> {
     /// Nodes that said yes by the decision (or, with `hear_all`, by the
     /// last answer heard): the `granted` of the operation's span.
     pub(crate) granted: usize,
+    /// The round's deadline: no request of it is awaited, by the caller or
+    /// in the background, past it. A key it set expires by this plus the
+    /// TTL (a release must live that long: "releases outlive the key").
+    pub(crate) deadline: Instant,
 }
 
 /// Runs `op` on every node as one round, for the lock `held`. On success
@@ -94,7 +98,8 @@ where
         None => (0, sent_at),
     };
     let targets = all_nodes(nodes.len()) & !credited_set;
-    let mut fan = FanOut::start_credited(nodes, targets, credited_set, sent_at + budget, op);
+    let deadline = sent_at + budget;
+    let mut fan = FanOut::start_credited(nodes, targets, credited_set, deadline, op);
     let decision = fan.decide(Result::is_ok, sent_at + budget).await;
     let elapsed = start.elapsed();
     if hear_all && decision == Decision::Reached {
@@ -117,6 +122,7 @@ where
                         values,
                         failures,
                         granted: tally.yes(),
+                        deadline,
                     }
                 }
                 None => FailureReason::ValidityExhausted,
@@ -132,6 +138,7 @@ where
         values,
         failures: Vec::new(),
         granted: tally.yes(),
+        deadline,
     }
 }
 

@@ -16,18 +16,20 @@ use crate::fence::FencingToken;
 use crate::node::{Kind, Node, Vote};
 use crate::notify::Waits;
 use crate::pregrant::Home;
-use crate::resource::{fence_bucket, fence_keys, lock_key, queue_key, validate};
+use crate::resource::{client_tag, fence_bucket, fence_keys, lock_key, queue_key, validate};
 use crate::stats::Counters;
 use crate::validity::{Ttl, TtlProblem};
 
 pub(crate) struct Shared {
     pub(crate) nodes: Vec<Arc<Node>>,
     pub(crate) config: Config,
-    /// Identifies this client in lock values (`{id}:{secret}`), so keys seen
-    /// in Redis can be traced back to a process.
-    pub(crate) id: uuid::Uuid,
-    /// The first 8 hex digits of `id`, formatted once: every attempt's
-    /// value starts with it (see `resource::lock_value`).
+    /// This client's tag, 64 random bits as 16 hex digits (`resource::
+    /// client_tag`): every lock value starts with it (`{tag}:{secret}`,
+    /// so keys seen in Redis can be traced back to a process), and so does
+    /// every fair-queue ticket, whose namings travel on the tag's own
+    /// channel. Two live clients with one tag would hear each other's
+    /// namings; at 64 bits that takes about 2^32 clients at once, where
+    /// the 32-bit tags before issue 31 took 2^16.
     pub(crate) id_text: Arc<str>,
     /// The fence key of every bucket, named once (with fencing on).
     fence_keys: Vec<Arc<str>>,
@@ -42,7 +44,7 @@ pub(crate) struct Shared {
 impl fmt::Debug for Shared {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Client")
-            .field("id", &self.id)
+            .field("id", &self.id_text)
             .field("nodes", &self.nodes)
             .field("config", &self.config)
             .finish()
@@ -131,8 +133,8 @@ pub(crate) struct Grant {
 
 impl Shared {
     pub(crate) fn new(nodes: Vec<Arc<Node>>, config: Config) -> Arc<Self> {
-        let id = uuid::Uuid::new_v4();
-        let waits = Waits::new(&id, config.max_local_handoffs);
+        let id_text: Arc<str> = client_tag().into();
+        let waits = Waits::new(&id_text, config.max_local_handoffs);
         let fence_keys = if config.fencing {
             fence_keys(&config.key_prefix)
         } else {
@@ -141,8 +143,7 @@ impl Shared {
         Arc::new(Self {
             nodes,
             config,
-            id,
-            id_text: id.simple().to_string()[..8].into(),
+            id_text,
             fence_keys,
             counters: Counters::default(),
             longest_ttl_ms: AtomicU64::new(0),

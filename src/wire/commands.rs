@@ -42,35 +42,6 @@ pub(crate) fn pttl(key: &str) -> Cmd {
     cmd
 }
 
-/// The fair queue's join: `RPUSH queue ticket`, `PEXPIRE queue life`,
-/// pipelined (not a transaction: the length says whether the ticket is the
-/// head).
-pub(crate) fn enqueue(queue: &str, ticket: &str, life_ms: u64) -> Pipeline {
-    let mut pipe = redis::pipe();
-    pipe.cmd("RPUSH")
-        .arg(queue)
-        .arg(ticket)
-        .cmd("PEXPIRE")
-        .arg(queue)
-        .arg(life_ms);
-    pipe
-}
-
-/// `RPUSH queue ticket`: the fair queue's join when this client's last
-/// `PEXPIRE` of the queue key still covers the waiter.
-pub(crate) fn rpush(queue: &str, ticket: &str) -> Cmd {
-    let mut cmd = redis::cmd("RPUSH");
-    cmd.arg(queue).arg(ticket);
-    cmd
-}
-
-/// `PEXPIRE key ms`.
-pub(crate) fn pexpire(key: &str, ms: u64) -> Cmd {
-    let mut cmd = redis::cmd("PEXPIRE");
-    cmd.arg(key).arg(ms);
-    cmd
-}
-
 /// `LREM queue 1 ticket`: a waiter leaves the fair queue.
 pub(crate) fn lrem(queue: &str, ticket: &str) -> Cmd {
     let mut cmd = redis::cmd("LREM");

@@ -211,12 +211,14 @@ impl Script {
 /// argument "1"), a key that already holds `value` counts as granted, with
 /// a fresh TTL (`SET XX PX`): a fair waiter's pre-granted value on the home
 /// node, asked for again (DESIGN.md, section 2, fair queue, step 3).
-/// Given a sixth argument, a key that holds it counts as free: the key of
-/// the holder whose release handed the lock over to this fair waiter
-/// (the fair queue's step 3, "Handover"); it is replaced the same way.
+/// Given a sixth argument, a key whose value has that SHA1 counts as free:
+/// the key of the holder whose release handed the lock over to this fair
+/// waiter (the fair queue's step 3, "Handover"; the notice carries the
+/// hash, never the value); it is replaced the same way.
 ///
 /// KEYS: lock key, fence key. ARGV: value, ttl ms, seed[, "1" to probe or
-/// ""[, "1" to take our own key or ""[, the value handed over]]].
+/// ""[, "1" to take our own key or ""[, the SHA1 of the value handed
+/// over]]].
 pub(crate) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script {
     eval_when_decided: false,
     ..Script::new("acquire", include_str!("lua/acquire.lua"))
@@ -248,11 +250,12 @@ pub(crate) fn sharded_scripts() -> [&'static Script; 2] {
 }
 
 /// Every script of the crate: the lock's and the fenced store's.
-fn all_scripts() -> [&'static Script; 9] {
+fn all_scripts() -> [&'static Script; 10] {
     [
         &ACQUIRE,
         &RELEASE,
         &QUEUE,
+        &JOIN,
         &LEAVE,
         &EXTEND,
         &WRITE_BACK,
@@ -271,7 +274,7 @@ pub(crate) fn named_in(message: &str) -> Option<&'static Script> {
 }
 
 /// The scripts a lock's node runs, loaded by every connection's handshake.
-pub(crate) fn lock_scripts() -> [&'static Script; 7] {
+pub(crate) fn lock_scripts() -> [&'static Script; 8] {
     [
         &ACQUIRE,
         &RELEASE,
@@ -279,6 +282,7 @@ pub(crate) fn lock_scripts() -> [&'static Script; 7] {
         &WRITE_BACK,
         &RESEED,
         &QUEUE,
+        &JOIN,
         &LEAVE,
     ]
 }
@@ -296,38 +300,50 @@ pub(crate) fn lock_scripts() -> [&'static Script; 7] {
 /// the queue's head (`LINDEX`: the ticket stays there until its own
 /// holder's release takes it out, so a waiter joining meanwhile is not
 /// alone in the queue) and publishes `{notice}:{listeners}:{ticket}` on the
-/// channel of the ticket's client (`{channel}/{first 8 characters of the
-/// ticket}`, `resource::fair_channels`): that waiter alone attempts next.
+/// channel of the ticket's client (`{channel}/{the ticket's tag}`, up to
+/// its first `.`, or its first 8 characters for a client before issue 31;
+/// `resource::fair_channels`): that waiter alone attempts next.
 /// On the home node the head is named even when the key there
 /// is not the holder's (its acquire never reached the home): the release
 /// of a granted lock always goes to the home (`protocol::release`), so a
 /// queue is never left waiting for a notice that no node would send.
-/// With the fence key (a fenced client, a plain server as home) and a
-/// ticket that carries its TTL (`-{ms}`), the named ticket also gets the
-/// home's vote when the key there is free and its client listens (or is
-/// the releasing client): `SET NX PX` of `{tag}:{rest of the ticket}:
-/// {notice}`, the fence's `INCR` (seeded from the releaser's clock when
-/// absent), and the fence appended to the notice (the *pre-grant*).
+/// With the fence key (a fenced client, a plain server as home), the
+/// releasing connection's vouch (an eighth argument "1": this server
+/// votes in fenced requests for the releaser, past its restart-guard
+/// window and re-seeded; `Server::run_script_vouched`) and a ticket that
+/// carries its TTL (`-{ms}`), the named ticket also gets the home's vote
+/// when the key there is free and its client listens (or is the releasing
+/// client): `SET NX PX` of `{tag}:{rest of the ticket}:{notice}`, the
+/// fence's `INCR` (seeded from the releaser's clock when absent), and the
+/// fence appended to the notice (the *pre-grant*).
 /// A ticket of the releasing client (its tag in ARGV) is not published:
 /// the reply names it. Asked to hand the lock over (a seventh argument
 /// "1"), when the key was the holder's, the vote was pre-granted, nobody
 /// listens on the plain channel (no client waits the classic way, which
 /// needs the other nodes freed to compete) and the ticket says its client
 /// can take a handover (`h-{ms}`), the notice also
-/// carries the holder's value, which the named waiter's acquire replaces
-/// on the other nodes (the *handover*: the holder leaves its keys there
-/// to it; DESIGN.md, section 2, fair queue, step 3, "Handover").
+/// carries the SHA1 of the holder's value (never the value: it proves
+/// ownership, and pub/sub is readable by every client that may
+/// subscribe) and how long its keys live at most (the ninth argument, in
+/// ms): the named waiter's acquire replaces the keys holding a value of
+/// that SHA1 on the other nodes (the *handover*: the holder leaves its
+/// keys there to it; DESIGN.md, section 2, fair queue, step 3,
+/// "Handover"). Elsewhere than the home, a fourth argument "sha1" says the
+/// first is the SHA1 of the value to delete: the keys a handover left for
+/// a waiter that will not take them.
 /// Returns 1 when deleted, 2 when deleted and a ticket named, 4 when
 /// deleted, named and handed over, 3 when a ticket was named without the
 /// holder's key there, 0 when neither (elsewhere than the home: nothing
 /// announced); `{code, ticket, fence or ""}` when the ticket named is the
 /// releasing client's.
 ///
-/// KEYS: lock key[, queue key on the home node[, fence key]]. ARGV: value,
-/// notice id, notice channel (pub/sub is server-wide, so the channel names
-/// the database; a script cannot read its database index, so the client
-/// passes the name)[, on the home node: the holder's ticket or "", the
-/// clock seed or "", the releasing client's tag[, "1" to hand over]].
+/// KEYS: lock key[, queue key on the home node[, fence key]]. ARGV: value
+/// (or its SHA1), notice id, notice channel (pub/sub is server-wide, so
+/// the channel names the database; a script cannot read its database
+/// index, so the client passes the name)[, elsewhere: "sha1" or ""][, on
+/// the home node: the holder's ticket or "", the clock seed or "", the
+/// releasing client's tag, "1" to hand over or "", "1" when vouched or "",
+/// the holder's keys' life in ms].
 pub(crate) static RELEASE: LazyLock<Script> =
     LazyLock::new(|| Script::new("release", include_str!("lua/release.lua")));
 
@@ -353,6 +369,19 @@ pub(crate) static RELEASE: LazyLock<Script> =
 /// "", the key's notice channel, "1" to keep the key alive or "".
 pub(crate) static QUEUE: LazyLock<Script> =
     LazyLock::new(|| Script::new("queue", include_str!("lua/queue.lua")));
+
+/// A fair waiter joining the queue (`protocol::queue::join`): `RPUSH` of
+/// its ticket and, when that created the key or when asked (this client's
+/// last `PEXPIRE` no longer covers the waiter), the key's `PEXPIRE`, in
+/// one script. Two commands, as before issue 31, left a key created by
+/// the `RPUSH` without any expiry when the client died (or its connection
+/// broke) before the `PEXPIRE`: a queue key forever. Returns the list's
+/// length.
+///
+/// KEYS: queue key. ARGV: ticket, queue life ms, "1" to keep the key
+/// alive or "".
+pub(crate) static JOIN: LazyLock<Script> =
+    LazyLock::new(|| Script::new("join", include_str!("lua/join.lua")));
 
 /// A fair waiter leaving the queue (cancelled, or given up) on a home
 /// that pre-grants: takes its ticket out (`LREM`) and, when the lock key

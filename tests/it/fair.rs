@@ -366,8 +366,12 @@ async fn two_clients_taking_turns_cost_one_attempt_each() {
 /// A client's joins leave the queue key's `PEXPIRE` out while its own last
 /// one still covers the waiter (a hot lock's join is one command), and a
 /// join that finds the key gone (emptied, or the home restarted) gives the
-/// key it creates an expiry in the background: a queue whose waiters all
-/// died still leaves no key behind.
+/// key it creates an expiry: a queue whose waiters all died still leaves
+/// no key behind. Every join is one script (issue 31: the `RPUSH` and a
+/// background `PEXPIRE` were separate commands, and a client that died
+/// between them left a queue key with no expiry): `MONITOR` shows each
+/// `RPUSH` run by a script, the one that created the key followed by its
+/// `PEXPIRE` in the same script.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn joins_keep_the_queue_key_alive_with_one_pexpire() {
     let cluster = Cluster::start(3);
@@ -377,9 +381,11 @@ async fn joins_keep_the_queue_key_alive_with_one_pexpire() {
         let c = c.clone();
         tokio::spawn(async move { c.lock("keep", secs(30)).retry(patient()).acquire().await })
     };
+    let monitors: Vec<_> = cluster.nodes.iter().map(|n| n.monitor()).collect();
     let first = wait(&c);
     assert!(eventually(secs(10), || queued(&cluster, "keep") == 1).await);
-    let home = &cluster.nodes[home_of(&cluster, "keep").expect("a home node")];
+    let at = home_of(&cluster, "keep").expect("a home node");
+    let (home, monitor) = (&cluster.nodes[at], &monitors[at]);
     let pexpires = || {
         let stats = home.cli(&["INFO", "commandstats"]);
         let line = stats.lines().find(|l| l.starts_with("cmdstat_pexpire:"));
@@ -406,6 +412,33 @@ async fn joins_keep_the_queue_key_alive_with_one_pexpire() {
         "a queue key created by a join without PEXPIRE has no expiry: {}",
         ttl()
     );
+    let queue = format!("\"{}\"", queue_key("keep"));
+    let lines = monitor.lines();
+    let on_queue: Vec<&String> = lines.iter().filter(|l| l.contains(&queue)).collect();
+    let pushes: Vec<usize> = on_queue
+        .iter()
+        .enumerate()
+        .filter(|(_, l)| l.contains("\"RPUSH\""))
+        .map(|(i, _)| i)
+        .collect();
+    assert_eq!(pushes.len(), 3, "{on_queue:#?}");
+    for &i in &pushes {
+        assert!(
+            on_queue[i].contains(" lua] "),
+            "an RPUSH of the queue sent on its own, not in the join script: {}",
+            on_queue[i]
+        );
+    }
+    // The first and the third join created the key: their PEXPIRE follows
+    // in the same script.
+    for &i in [pushes[0], pushes[2]].iter() {
+        let next = on_queue.get(i + 1).map_or("", |l| l.as_str());
+        assert!(
+            next.contains(" lua] ") && next.contains("\"PEXPIRE\""),
+            "a join that created the queue key without its PEXPIRE in the same script: {} then {next}",
+            on_queue[i]
+        );
+    }
     for task in [first, second, third] {
         task.abort();
     }

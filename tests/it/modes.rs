@@ -51,8 +51,8 @@ async fn life_cycle(n: usize) {
     let held = values(&cluster, &key);
     assert!(held.iter().all(|v| *v == held[0]), "{held:?}");
     let (client_id, secret) = held[0].split_once(':').expect("value is id:secret");
-    assert_eq!(client_id.len(), 8, "{held:?}");
-    assert_eq!(secret.len(), 32, "{held:?}");
+    assert_eq!(client_id.len(), 16, "{held:?}");
+    assert_eq!(secret.len(), 22, "{held:?}");
     for node in &cluster.nodes {
         let left = pttl(node, &key);
         assert!(left > 5_000 && left <= 10_000, "pttl {left}");

@@ -16,6 +16,7 @@ use crate::fair::{
 };
 use crate::helpers::{calls, eventually, fence_key, lock_key, ms, secs, warm_up};
 use crate::support::Cluster;
+use redfence::Client;
 
 /// Scripts (`EVALSHA`) each node of `cluster` has run.
 fn scripts(cluster: &Cluster) -> Vec<u64> {
@@ -201,6 +202,8 @@ struct Queued {
     waiter: crate::fair::Waiting,
     /// The waiter's ticket, read from the home's queue.
     ticket: String,
+    /// The waiter's client.
+    waiting: Client,
 }
 
 async fn queued_waiter(prefix: &str) -> Queued {
@@ -210,7 +213,7 @@ async fn queued_waiter(prefix: &str) -> Queued {
     warm_up(&a, &cluster).await;
     warm_up(&b, &cluster).await;
     let holder = a.acquire(&resource, secs(30)).await.unwrap();
-    let waiter = spawn_notice_waiter(b, resource.clone());
+    let waiter = spawn_notice_waiter(b.clone(), resource.clone());
     assert!(eventually(secs(10), || queued(&cluster, &resource) == 1).await);
     let ticket = cluster.nodes[0].cli(&["LINDEX", &queue_key(&resource), "0"]);
     let ticket = ticket.trim().to_owned();
@@ -220,15 +223,39 @@ async fn queued_waiter(prefix: &str) -> Queued {
         holder,
         waiter,
         ticket,
+        waiting: b,
     }
 }
 
-/// A ticket of a live client that no waiter of it holds (here planted at
-/// the head, ahead of the client's real waiter): the release pre-grants it
-/// the home's vote, the client hears the naming, finds no waiter for it
-/// and releases the vote at once, which names its real waiter. Without
-/// that release the planted ticket's key would hold the home for its TTL
-/// (30 s), and the real waiter would wait for its 10 s timer.
+/// A ticket `client` issued whose waiter left the queue on `resource`
+/// (queued behind the waiters already there, then cancelled: its leave
+/// took the ticket out). Put back at the head, it stands for a naming
+/// that raced with the leave: the release names a ticket of `client`
+/// that no waiter of it holds.
+async fn a_ticket_that_left(cluster: &Cluster, client: &Client, resource: &str) -> String {
+    let queue = queue_key(resource);
+    let before = queued(cluster, resource);
+    let leaver = spawn_notice_waiter(client.clone(), resource.to_owned());
+    assert!(eventually(secs(10), || queued(cluster, resource) == before + 1).await);
+    let ticket = cluster.nodes[0]
+        .cli(&["LINDEX", &queue, "-1"])
+        .trim()
+        .to_owned();
+    leaver.abort();
+    assert!(eventually(secs(10), || queued(cluster, resource) == before).await);
+    cluster.nodes[0].cli(&["LPUSH", &queue, &ticket]);
+    ticket
+}
+
+/// A ticket of a live client that no waiter of it holds (a waiter that
+/// left, its ticket put back at the head, ahead of the client's real
+/// waiter): the release pre-grants it the home's vote, the client hears
+/// the naming, finds no waiter for it and releases the vote at once, which
+/// names its real waiter. Without that release the ticket's key would
+/// hold the home for its TTL (30 s), and the real waiter would wait for
+/// its 10 s timer. A ticket the client never issued (another client with
+/// the same tag) is not its to release:
+/// `a_pregrant_to_a_ticket_never_issued_is_left_alone`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pregrant_nobody_will_use_is_released_at_once() {
     let Queued {
@@ -236,11 +263,11 @@ async fn a_pregrant_nobody_will_use_is_released_at_once() {
         resource,
         holder,
         waiter,
-        ticket: real,
+        ticket: _,
+        waiting,
     } = queued_waiter("orphan").await;
     let home = &cluster.nodes[0];
-    let planted = format!("{}0123456789abcdef-30000", &real[..8]);
-    home.cli(&["LPUSH", &queue_key(&resource), &planted]);
+    let planted = a_ticket_that_left(&cluster, &waiting, &resource).await;
     let (got, after) = release_and_wait(holder, waiter, secs(30)).await;
     println!("a pre-grant to a ticket nobody holds: the real waiter got the lock {after:?} after the release");
     let guard = got.expect("the real waiter gets the lock");
@@ -348,11 +375,13 @@ async fn a_cancelled_waiter_takes_its_pregranted_key_with_it() {
         holder,
         waiter,
         ticket,
+        waiting: _,
     } = queued_waiter("leave").await;
     let home = &cluster.nodes[0];
     // The holder's key on the home replaced by a pre-grant to the waiter.
     let key = lock_key(&resource);
-    let planted = format!("{}:{}:0123456789abcdef", &ticket[..8], &ticket[8..]);
+    let (tag, rest) = ticket.split_once('.').expect("a tag and the rest");
+    let planted = format!("{tag}:{rest}:0123456789abcdef");
     home.cli(&["SET", &key, &planted, "PX", "30000"]);
     waiter.abort();
     let gone = eventually(secs(5), || home.cli(&["EXISTS", &key]).trim() == "0").await;
@@ -541,8 +570,7 @@ async fn keys_handed_to_a_ticket_nobody_holds_are_released_at_once() {
     {
         home.cli(&["LREM", &queue, "0", t]);
     }
-    let planted = format!("{}0123456789abcdefh-30000", &real[..8]);
-    home.cli(&["LPUSH", &queue, &planted]);
+    let _planted = a_ticket_that_left(&cluster, &b, &resource).await;
     let (released, got, after) = release_and_wait_reporting(holder, waiter, secs(30)).await;
     println!("keys handed to a ticket nobody holds ({released:?}): the real waiter got the lock {after:?} after the release");
     assert_eq!(released.handed_over, 2, "{released:?}");

@@ -254,6 +254,32 @@ impl RedisServer {
         }
     }
 
+    /// Starts `MONITOR` on a connection of its own (plain TCP servers
+    /// only): every command the server runs from now on, as the lines
+    /// Redis prints (`+1700000000.123456 [0 127.0.0.1:5000] "SET" "k"`;
+    /// commands a script runs show `[0 lua]`), until the [`Monitor`] is
+    /// dropped.
+    pub fn monitor(&self) -> Monitor {
+        let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, self.port()));
+        let mut stream = TcpStream::connect_timeout(&addr, CLI_TIMEOUT)
+            .unwrap_or_else(|e| panic!("redis {}: MONITOR connect: {e}", self.port()));
+        stream
+            .write_all(b"MONITOR\r\n")
+            .unwrap_or_else(|e| panic!("redis {}: MONITOR: {e}", self.port()));
+        let lines = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let (seen, reader) = (
+            lines.clone(),
+            stream.try_clone().expect("a clone of the socket"),
+        );
+        thread::spawn(move || {
+            for line in BufReader::new(reader).lines() {
+                let Ok(line) = line else { return };
+                seen.lock().unwrap_or_else(|p| p.into_inner()).push(line);
+            }
+        });
+        Monitor { stream, lines }
+    }
+
     fn query(&self, args: &[&str], timeout: Duration) -> io::Result<Reply> {
         let password = self.opts.requirepass.as_deref();
         if self.opts.tls.is_some() {
@@ -596,5 +622,25 @@ fn render(reply: &Reply) -> String {
         Reply::Bulk(Some(b)) => String::from_utf8_lossy(b).into_owned(),
         Reply::Bulk(None) | Reply::Array(None) => "(nil)".to_owned(),
         Reply::Array(Some(items)) => items.iter().map(render).collect::<Vec<_>>().join("\n"),
+    }
+}
+
+/// A `MONITOR` connection ([`RedisServer::monitor`]); closed on drop.
+#[derive(Debug)]
+pub struct Monitor {
+    stream: TcpStream,
+    lines: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+impl Monitor {
+    /// The lines seen so far (the first is `+OK`).
+    pub fn lines(&self) -> Vec<String> {
+        self.lines.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+}
+
+impl Drop for Monitor {
+    fn drop(&mut self) {
+        let _ = self.stream.shutdown(std::net::Shutdown::Both);
     }
 }

@@ -1,7 +1,8 @@
 local granted = redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])
 if not granted and (ARGV[5] == '1' or (ARGV[6] or '') ~= '') then
   local held = redis.call('GET', KEYS[1])
-  if (ARGV[5] == '1' and held == ARGV[1]) or (held and held == ARGV[6]) then
+  if (ARGV[5] == '1' and held == ARGV[1])
+      or (held and (ARGV[6] or '') ~= '' and redis.sha1hex(held) == ARGV[6]) then
     granted = redis.call('SET', KEYS[1], ARGV[1], 'XX', 'PX', ARGV[2])
   end
 end

@@ -1,10 +1,16 @@
+-- A ticket's client tag: up to its first '.', or 8 characters (a ticket
+-- of a client before issue 31).
+local function tag_of(t)
+  local dot = string.find(t, '.', 1, true)
+  return dot and string.sub(t, 1, dot - 1) or string.sub(t, 1, 8)
+end
 local q = KEYS[2]
 local pttl = redis.call('PTTL', KEYS[1])
 local free = pttl == -2
 if ARGV[3] ~= '' and free and redis.call('LINDEX', q, 0) == ARGV[3] then
-  local client = string.sub(ARGV[3], 1, 8)
+  local client = tag_of(ARGV[3])
   for _, t in ipairs(redis.call('LRANGE', q, 0, -1)) do
-    if string.sub(t, 1, 8) == client then
+    if tag_of(t) == client then
       redis.call('LREM', q, 1, t)
     end
   end
@@ -19,7 +25,7 @@ if ARGV[5] == '1' or created then
   redis.call('PEXPIRE', q, ARGV[2])
 end
 local head = redis.call('LINDEX', q, 0)
-if free and head and string.sub(head, 1, 8) ~= string.sub(ARGV[1], 1, 8) then
-  redis.call('PUBLISH', ARGV[4] .. '/' .. string.sub(head, 1, 8), 'p:0:' .. head)
+if free and head and tag_of(head) ~= tag_of(ARGV[1]) then
+  redis.call('PUBLISH', ARGV[4] .. '/' .. tag_of(head), 'p:0:' .. head)
 end
 return {head, pttl, pos + 1}

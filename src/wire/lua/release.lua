@@ -1,4 +1,12 @@
-local mine = redis.call('GET', KEYS[1]) == ARGV[1]
+local held = redis.call('GET', KEYS[1])
+local mine
+if not KEYS[2] and ARGV[4] == 'sha1' then
+  -- Keys a handover left for a waiter that will not take them: known by
+  -- the SHA1 of the released holder's value, never the value.
+  mine = held and redis.sha1hex(held) == ARGV[1]
+else
+  mine = held == ARGV[1]
+end
 if mine then
   redis.call('DEL', KEYS[1])
 end
@@ -25,13 +33,21 @@ local here = nil
 if subs[4] > 0 then
   local next = redis.call('LINDEX', KEYS[2], 0)
   if next then
-    local tag = string.sub(next, 1, 8)
+    -- A ticket's tag ends at its first '.'; a ticket of a client before
+    -- issue 31 has none and an 8-character tag.
+    local dot = string.find(next, '.', 1, true)
+    local tag, rest
+    if dot then
+      tag, rest = string.sub(next, 1, dot - 1), string.sub(next, dot + 1)
+    else
+      tag, rest = string.sub(next, 1, 8), string.sub(next, 9)
+    end
     local channel = ARGV[3] .. '/' .. tag
     local fence = ''
-    local ttl = KEYS[3] and string.match(next, '%-(%d+)$')
+    local ttl = KEYS[3] and ARGV[8] == '1' and string.match(next, '%-(%d+)$')
     local own = tag == ARGV[6]
     if ttl and (own or redis.call('PUBSUB', 'NUMSUB', channel)[2] > 0)
-        and redis.call('SET', KEYS[1], tag .. ':' .. string.sub(next, 9) .. ':' .. ARGV[2], 'NX', 'PX', ttl) then
+        and redis.call('SET', KEYS[1], tag .. ':' .. rest .. ':' .. ARGV[2], 'NX', 'PX', ttl) then
       local f = redis.call('INCR', KEYS[3])
       if f == 1 then
         f = redis.call('INCRBY', KEYS[3], ARGV[5])
@@ -49,7 +65,11 @@ if subs[4] > 0 then
     elseif fence == '' then
       redis.call('PUBLISH', channel, ARGV[2] .. ':' .. subs[4] .. ':' .. next)
     elseif handed then
-      redis.call('PUBLISH', channel, ARGV[2] .. ':' .. subs[4] .. ':' .. next .. ':' .. fence .. ':' .. ARGV[1])
+      -- Never the holder's value, which proves ownership: its SHA1, which
+      -- the named waiter's acquire matches on the other nodes, and how
+      -- long the holder's keys there live at most.
+      redis.call('PUBLISH', channel, ARGV[2] .. ':' .. subs[4] .. ':' .. next .. ':' .. fence
+        .. ':' .. redis.sha1hex(ARGV[1]) .. ':' .. ARGV[9])
     else
       redis.call('PUBLISH', channel, ARGV[2] .. ':' .. subs[4] .. ':' .. next .. ':' .. fence)
     end
