@@ -516,6 +516,13 @@ impl Waiter<'_> {
         let guard_passed = self.shared.vote(true).is_none_or(|vote| {
             later(pregrant.since, vote.window) <= now && home.is_some_and(|n| n.votes_now(vote))
         });
+        // The key was set with the ticket's whole TTL by a release after
+        // the join, but the join is the latest moment known to precede it:
+        // counted from there after a long wait, the credit would leave
+        // little validity (about 1 ms, issue 31). Below half the TTL the
+        // home is asked instead, in the same round (no round trip more):
+        // it re-confirms the key with a fresh TTL and the validity counts
+        // from the round, as for any node.
         let since = self.joined_at.filter(|&joined| {
             guard_passed
                 && pregrant.fence.is_some()
@@ -526,7 +533,7 @@ impl Waiter<'_> {
                     self.target.drift,
                     config.min_validity,
                 )
-                .is_some()
+                .is_some_and(|left| left >= self.target.ttl.duration() / 2)
         });
         Some(Pregranted {
             value: pregrant_value(&self.ticket, &pregrant.notice),

@@ -164,6 +164,8 @@ impl LockGuard {
             return Err(self.lost_error());
         }
         let target = self.shared.target(self.resource(), ttl)?;
+        self.lease
+            .extending(self.shared.config.node_timeout, target.ttl.duration());
         let extended = extend(&self.shared, &target, &self.lease.held(), false)
             .await
             .map_err(|failure| Error::ExtendFailed(Box::new(failure)))?;
@@ -196,11 +198,24 @@ impl LockGuard {
     /// node may instead hand the lock over to the next one, which then
     /// replaces our keys on the other nodes; see [`Released::handed_over`].
     /// The watchdog, if any, is stopped first.
+    ///
+    /// Cancel-safe: dropped at any await point (a `timeout`, a `select!`),
+    /// the release still happens, in the background, as for a dropped
+    /// guard (`tests/it/cancellation.rs` cuts it at every await point).
     pub async fn release(mut self) -> Released {
-        self.released = true;
-        if let Some(watchdog) = self.watchdog.take() {
+        // Until the release is under way, cancelling this future drops the
+        // guard unreleased, and `Drop` releases in the background; the
+        // watchdog stays in `self.watchdog` until it is gone, so that drop
+        // waits for it too. (Marking the guard released before this await,
+        // as before issue 31, left a cut-off release with nothing sent:
+        // the lock stayed for its TTL.)
+        if let Some(watchdog) = self.watchdog.as_mut() {
             watchdog.stop().await;
         }
+        self.watchdog = None;
+        // From here `release` owns the job: cut off, its own guard
+        // (`ReleaseOnDrop`) sends it again in the background.
+        self.released = true;
         self.lease.lose(LossReason::Released, None);
         let started = Instant::now();
         let span = tracing::debug_span!(

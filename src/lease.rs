@@ -14,6 +14,7 @@ use crate::fence::FencingToken;
 use crate::lost::{LossReason, LostLock};
 use crate::metrics;
 use crate::protocol::shared::{Grant, Held, Target};
+use crate::validity::later;
 
 /// Shared between a guard, the lease views it hands out and its watchdog.
 /// The status is a watch channel so that [`Lease::lost`] futures wake when
@@ -170,6 +171,20 @@ impl Lease {
             expires_at: self.status().expires_at,
             ..self.state.held.clone()
         }
+    }
+
+    /// An extend with `ttl` is about to be sent: whatever becomes of it
+    /// (failed, cut off, answered late), a node may run it as late as the
+    /// round's deadline, one node timeout from now, and keep the key until
+    /// `ttl` after that. A release must live that long ("releases outlive
+    /// the key", DESIGN.md section 2, Release); the validity is untouched.
+    pub(crate) fn extending(&self, node_timeout: Duration, ttl: Duration) {
+        let bound = later(later(Instant::now(), node_timeout), ttl);
+        self.state.status.send_if_modified(|s| {
+            s.expires_at = s.expires_at.max(bound);
+            // Nobody waits on the expiry: no notification.
+            false
+        });
     }
 
     /// Applies a successful extend's new validity. Refused (returns

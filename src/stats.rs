@@ -3,6 +3,7 @@
 //! Relaxed atomics: they are statistics, not synchronisation.
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 #[derive(Debug, Default)]
 pub(crate) struct Counters {
@@ -10,6 +11,20 @@ pub(crate) struct Counters {
     acquired: AtomicU64,
     write_backs: AtomicU64,
     write_backs_failed: AtomicU64,
+    /// Watchdog tasks alive now: shared with each task, which counts
+    /// itself out when it ends or is aborted ([`Alive`]).
+    watchdogs: Arc<AtomicU64>,
+}
+
+/// Counts one watchdog task as alive until dropped (with the task's
+/// future: when it returns or is aborted).
+#[derive(Debug)]
+pub(crate) struct Alive(Arc<AtomicU64>);
+
+impl Drop for Alive {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 /// A snapshot of a client's counters since it was built (shared by its
@@ -31,6 +46,11 @@ pub struct Stats {
     /// counter): the tasks in its per-resource queues when waiting by
     /// notification.
     pub waiting: u64,
+    /// Auto-extension tasks of this client alive now (a gauge): one per
+    /// auto-extended guard until it is released or dropped, or its lease
+    /// is lost. A guard's release or drop, however it is cut off, leaves
+    /// none behind (`tests/it/cancellation.rs`).
+    pub watchdogs: u64,
 }
 
 pub(crate) enum Event {
@@ -51,6 +71,13 @@ impl Counters {
         counter.fetch_add(1, Ordering::Relaxed);
     }
 
+    /// A watchdog task starts: it holds the returned [`Alive`] until it
+    /// ends.
+    pub(crate) fn watchdog(&self) -> Alive {
+        self.watchdogs.fetch_add(1, Ordering::Relaxed);
+        Alive(Arc::clone(&self.watchdogs))
+    }
+
     pub(crate) fn snapshot(&self) -> Stats {
         Stats {
             attempts: self.attempts.load(Ordering::Relaxed),
@@ -58,6 +85,7 @@ impl Counters {
             write_backs: self.write_backs.load(Ordering::Relaxed),
             write_backs_failed: self.write_backs_failed.load(Ordering::Relaxed),
             waiting: 0,
+            watchdogs: self.watchdogs.load(Ordering::Relaxed),
         }
     }
 }

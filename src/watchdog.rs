@@ -30,18 +30,32 @@ pub(crate) struct Watchdog {
 impl Watchdog {
     pub(crate) fn spawn(shared: &Arc<Shared>, lease: Lease, schedule: Schedule) -> Self {
         let span = tracing::debug_span!("watchdog", resource = %lease.resource());
-        let handle = tokio::spawn(run(Arc::downgrade(shared), lease, schedule).instrument(span));
+        let alive = shared.counters.watchdog();
+        let task = run(Arc::downgrade(shared), lease, schedule);
+        let handle = tokio::spawn(
+            async move {
+                // Dropped with the future: when `run` returns or the task
+                // is aborted.
+                let _alive = alive;
+                task.await;
+            }
+            .instrument(span),
+        );
         Self {
             handle: Some(handle),
         }
     }
 
     /// Aborts the task and waits until it is gone, so nothing it sends can
-    /// follow what the caller sends next.
-    pub(crate) async fn stop(mut self) {
-        if let Some(handle) = self.handle.take() {
+    /// follow what the caller sends next. Cancel-safe: cut off while it
+    /// waits, the handle stays here, aborted, for [`abort`](Self::abort)
+    /// to hand to whoever releases in the background (a guard's drop).
+    pub(crate) async fn stop(&mut self) {
+        if let Some(handle) = self.handle.as_mut() {
             handle.abort();
             let _ = handle.await;
+            // Polled to completion: a `JoinHandle` is not polled again.
+            self.handle = None;
         }
     }
 
@@ -89,6 +103,7 @@ async fn run(shared: Weak<Shared>, lease: Lease, schedule: Schedule) {
             if lease.expire() {
                 return;
             }
+            lease.extending(shared.config.node_timeout, target.ttl.duration());
             let held = lease.held();
             // Another owner's value is evidence of a takeover only where the
             // node held ours; elsewhere it may be a contender's leftover.

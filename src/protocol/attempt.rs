@@ -93,7 +93,14 @@ pub(crate) async fn attempt_pregranted(
         granted: false,
         sent: all_nodes(shared.nodes.len()),
         ours: Arc::default(),
-        expires_at: Instant::now() + target.ttl.duration(),
+        // At the latest: a node may set the key as late as the round's
+        // deadline, one node timeout away (`attempt_pregranted` narrows
+        // it to the round's own deadline once sent). A release of this
+        // attempt, cut off or failed, lives until then.
+        expires_at: later(
+            later(Instant::now(), shared.config.node_timeout),
+            target.ttl.duration(),
+        ),
         home: target.home.clone(),
         ticket: None,
     };

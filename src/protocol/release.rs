@@ -390,40 +390,44 @@ fn start_release(shared: &Shared, held: &Held, notice_id: String, step: &Step<'_
                 _ => (notice_channel(&key, node.db()).into(), None),
             };
             let by_hash = step.by_hash;
+            let deadline = step.deadline;
             async move {
-                let reply = match (at_home, evalsha) {
-                    (Some(home), _) => match &home.vouched {
-                        Some(vouched) => {
-                            node.run_script_vouched(&RELEASE, vouched, &home.plain, vouch)
-                                .await?
+                let send = || async {
+                    match (&at_home, &evalsha) {
+                        (Some(home), _) => match &home.vouched {
+                            Some(vouched) => {
+                                node.run_script_vouched(&RELEASE, vouched, &home.plain, vouch)
+                                    .await
+                            }
+                            None => {
+                                node.run_script_prepared(
+                                    &RELEASE,
+                                    &home.plain,
+                                    &Settled::NEVER,
+                                    true,
+                                    None,
+                                )
+                                .await
+                            }
+                        },
+                        (None, Some(evalsha)) => {
+                            node.run_script_prepared(&RELEASE, evalsha, &Settled::NEVER, true, None)
+                                .await
                         }
-                        None => {
-                            node.run_script_prepared(
-                                &RELEASE,
-                                &home.plain,
-                                &Settled::NEVER,
-                                true,
-                                None,
-                            )
-                            .await?
+                        (None, None) => {
+                            let hashed: &[u8] = if by_hash { b"sha1" } else { b"" };
+                            let args: [&[u8]; 4] = [
+                                value.as_bytes(),
+                                notice.as_bytes(),
+                                channel.as_bytes(),
+                                hashed,
+                            ];
+                            node.run_script(&RELEASE, &[&key], &args, &Settled::NEVER, true, None)
+                                .await
                         }
-                    },
-                    (None, Some(evalsha)) => {
-                        node.run_script_prepared(&RELEASE, &evalsha, &Settled::NEVER, true, None)
-                            .await?
-                    }
-                    (None, None) => {
-                        let hashed: &[u8] = if by_hash { b"sha1" } else { b"" };
-                        let args: [&[u8]; 4] = [
-                            value.as_bytes(),
-                            notice.as_bytes(),
-                            channel.as_bytes(),
-                            hashed,
-                        ];
-                        node.run_script(&RELEASE, &[&key], &args, &Settled::NEVER, true, None)
-                            .await?
                     }
                 };
+                let reply = resend_until(deadline, send).await?;
                 if let Some(busy) = busy_here {
                     // The home's release says whether it named a waiter (2):
                     // this client's next waiter joins the queue if so.
@@ -480,6 +484,49 @@ fn start_release(shared: &Shared, held: &Held, notice_id: String, step: &Step<'_
             }
         },
     )
+}
+
+/// The first pause before a release is sent again over a new connection;
+/// it doubles up to [`RESEND_MAX`].
+const RESEND_FIRST: Duration = Duration::from_millis(50);
+/// The longest pause between two sends of one release.
+const RESEND_MAX: Duration = Duration::from_secs(1);
+
+/// Sends a release (`send`) until it is answered, again over a new
+/// connection while the node's connection is lost or cannot be made
+/// (dropped by a load balancer, `CLIENT KILL`, a restart that kept its
+/// data), until `deadline`: the keys' expiry. Without it a release that
+/// met a dropped connection left the key for its whole TTL, and on the
+/// home node the queue's next waiter was never named (issue 31; "Releases
+/// outlive the key", DESIGN.md section 2). A release may run twice: it
+/// deletes only our value and names the head again with the same notice
+/// id, which a waiter hears once; a pre-grant's `SET NX` does not repeat.
+async fn resend_until<F, Fut>(deadline: Instant, send: F) -> Result<redis::Value, NodeErrorKind>
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = Result<redis::Value, NodeErrorKind>>,
+{
+    let mut pause = RESEND_FIRST;
+    loop {
+        let (wait, error) = match send().await {
+            Err(
+                e @ (NodeErrorKind::ConnectionLost(_)
+                | NodeErrorKind::Connect(_)
+                | NodeErrorKind::Timeout(_)),
+            ) => (pause, e),
+            Err(NodeErrorKind::Backoff { retry_in, last }) if !last.is_permanent() => (
+                retry_in.max(pause),
+                NodeErrorKind::Backoff { retry_in, last },
+            ),
+            reply => return reply,
+        };
+        let again = Instant::now() + wait;
+        if again >= deadline {
+            return Err(error);
+        }
+        tokio::time::sleep_until(again.into()).await;
+        pause = (pause * 2).min(RESEND_MAX);
+    }
 }
 
 /// The home node's release, in the forms it may take: `vouched` lets the

@@ -4,15 +4,19 @@
 //! key may be left behind. The TTL is long (30 s) so that a leaked key is
 //! still there when the test looks, instead of quietly expiring.
 
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use futures::FutureExt;
-use redfence::Client;
+use redfence::{AutoExtend, Client};
 use tokio::time::timeout;
 
 use crate::helpers::{
     client_with_timeout, eventually, ms, new_client, pttl, secs, warm_up, LOCK_KEYS,
 };
+use crate::support::server::Monitor;
 use crate::support::Cluster;
 
 const TTL: Duration = Duration::from_secs(30);
@@ -158,4 +162,280 @@ async fn dropped_acquires_with_a_frozen_node_leave_no_lock() {
     assert!(outcomes.cut_off > 0, "{outcomes:?}");
     cluster.node(1).resume();
     assert_free(&cluster, &client, "frozen-chaos").await;
+}
+
+/// Polls a future until it has returned `Pending` `cuts` times, then drops
+/// it: a cancellation at its `cuts`-th await point (0: dropped before its
+/// first poll). `Some` when the future finished first.
+struct Cut<F: Future> {
+    fut: Pin<Box<F>>,
+    left: usize,
+}
+
+impl<F: Future> Cut<F> {
+    fn new(fut: F, cuts: usize) -> Self {
+        Self {
+            fut: Box::pin(fut),
+            left: cuts,
+        }
+    }
+}
+
+impl<F: Future> Future for Cut<F> {
+    type Output = Option<F::Output>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        if self.left == 0 {
+            return Poll::Ready(None);
+        }
+        match self.fut.as_mut().poll(cx) {
+            Poll::Ready(out) => Poll::Ready(Some(out)),
+            Poll::Pending => {
+                self.left -= 1;
+                if self.left == 0 {
+                    Poll::Ready(None)
+                } else {
+                    Poll::Pending
+                }
+            }
+        }
+    }
+}
+
+/// The lock's TTL in the every-await tests: long beside the checks' 2 s,
+/// so a key nobody released is still there when they look.
+const CUT_TTL: Duration = Duration::from_secs(8);
+/// The auto-extension's period at [`CUT_TTL`]: a watchdog still running
+/// extends within it.
+const CUT_EXTEND_EVERY: Duration = Duration::from_secs(1);
+
+/// The SHA1 of the extend script, as `EVALSHA` names it in `MONITOR`.
+fn extend_sha() -> String {
+    let script = include_str!("../../src/wire/lua/extend.lua");
+    sha1_smol::Sha1::from(script).digest().to_string()
+}
+
+/// A client of its own for each cut (its watchdog gauge counts that
+/// case's tasks alone), with a 300 ms node timeout, connected to every
+/// node: its warm-up lock (a resource of its own, as the cases run side by
+/// side) reached all of them.
+async fn cut_client(cluster: &Cluster, resource: &str) -> Client {
+    let client = client_with_timeout(cluster.urls(), ms(300));
+    let key = crate::helpers::lock_key(&format!("{resource}-warm"));
+    let on_every_node = || {
+        cluster
+            .nodes
+            .iter()
+            .all(|n| n.cli(&["EXISTS", &key]).trim() == "1")
+    };
+    for _ in 0..50 {
+        let guard = client
+            .acquire(&format!("{resource}-warm"), secs(5))
+            .await
+            .unwrap();
+        let all = on_every_node();
+        guard.release().await;
+        if all {
+            return client;
+        }
+    }
+    panic!("{resource}: the nodes were never all reached");
+}
+
+fn auto() -> AutoExtend {
+    AutoExtend::new().with_interval(CUT_EXTEND_EVERY)
+}
+
+/// What one cut left behind, if anything: a lock key still on a node
+/// 2 s after the cut, a watchdog task of `client` still alive once the key
+/// is gone, or an extend of the key sent after it was gone.
+async fn left_behind(
+    cluster: &Cluster,
+    client: &Client,
+    monitors: &[Monitor],
+    resource: &str,
+    cut: usize,
+) -> Option<String> {
+    let key = crate::helpers::lock_key(resource);
+    let gone = eventually(secs(2), || {
+        cluster
+            .nodes
+            .iter()
+            .all(|n| n.cli(&["EXISTS", &key]).trim() == "0")
+    })
+    .await;
+    if !gone {
+        let ttls: Vec<i64> = cluster.nodes.iter().map(|n| pttl(n, &key)).collect();
+        return Some(format!(
+            "cut at await {cut}: the lock key outlived the cut by 2 s (pttl {ttls:?})"
+        ));
+    }
+    // An aborted task ends at once; a leaked one would sleep until its
+    // next extension, a second away.
+    if !eventually(ms(500), || client.stats().watchdogs == 0).await {
+        return Some(format!(
+            "cut at await {cut}: {} watchdog task(s) alive after the lock was freed",
+            client.stats().watchdogs
+        ));
+    }
+    let seen: Vec<usize> = monitors.iter().map(|m| m.lines().len()).collect();
+    tokio::time::sleep(CUT_EXTEND_EVERY * 2 + ms(500)).await;
+    let (sha, quoted) = (extend_sha(), format!("\"{key}\""));
+    for (m, from) in monitors.iter().zip(seen) {
+        let lines = m.lines();
+        if let Some(line) = lines[from.min(lines.len())..]
+            .iter()
+            .find(|l| l.contains(&quoted) && l.contains(&sha))
+        {
+            return Some(format!(
+                "cut at await {cut}: an extend after the key was gone: {line}"
+            ));
+        }
+    }
+    None
+}
+
+/// Runs `case` with cuts at 0, 1, 2, … awaits, a few at a time on
+/// resources of their own, until one finishes before its cut (every await
+/// point it reached was cut in some case). Returns the number of cuts.
+async fn at_every_await<C, Fut>(case: C) -> usize
+where
+    C: Fn(usize) -> Fut,
+    Fut: Future<Output = Option<String>>,
+{
+    const BATCH: usize = 6;
+    let mut from = 0;
+    loop {
+        assert!(from < 120, "no case finished within 120 awaits");
+        let results = futures::future::join_all((from..from + BATCH).map(&case)).await;
+        let problems: Vec<String> = results.into_iter().flatten().collect();
+        let finished: Vec<&String> = problems
+            .iter()
+            .filter(|p| p.starts_with("finished"))
+            .collect();
+        let real: Vec<&String> = problems
+            .iter()
+            .filter(|p| !p.starts_with("finished"))
+            .collect();
+        assert!(real.is_empty(), "{real:#?}");
+        if !finished.is_empty() {
+            return from + BATCH;
+        }
+        from += BATCH;
+    }
+}
+
+/// `release()` of an auto-extended guard cut at every await point: the
+/// lock is freed (by the release or in the background) and the watchdog is
+/// gone. Issue 31: a cut at the first await (stopping the watchdog) marked
+/// the guard released before anything was sent, so its drop did nothing
+/// and the lock stayed for its whole TTL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_cut_at_every_await_frees_the_lock() {
+    let cluster = Cluster::start(3);
+    let monitors: Vec<Monitor> = cluster.nodes.iter().map(|n| n.monitor()).collect();
+    let cuts = at_every_await(|cut| {
+        let (cluster, monitors) = (&cluster, &monitors);
+        async move {
+            let resource = format!("cut-release-{cut}");
+            let client = &cut_client(cluster, &resource).await;
+            let guard = client
+                .lock(resource.clone(), CUT_TTL)
+                .auto_extend(auto())
+                .acquire()
+                .await
+                .unwrap();
+            let finished = Cut::new(guard.release(), cut).await.is_some();
+            if let Some(problem) = left_behind(cluster, client, monitors, &resource, cut).await {
+                return Some(problem);
+            }
+            finished.then(|| "finished".to_owned())
+        }
+    })
+    .await;
+    println!("release: cut at every await up to {cuts}");
+}
+
+/// `extend()` cut at every await point: the guard still releases the lock
+/// at once, everywhere the extend may have reached.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_extend_cut_at_every_await_leaves_the_release_intact() {
+    let cluster = Cluster::start(3);
+    let monitors: Vec<Monitor> = cluster.nodes.iter().map(|n| n.monitor()).collect();
+    let cuts = at_every_await(|cut| {
+        let (cluster, monitors) = (&cluster, &monitors);
+        async move {
+            let resource = format!("cut-extend-{cut}");
+            let client = &cut_client(cluster, &resource).await;
+            let guard = client.acquire(&resource, CUT_TTL).await.unwrap();
+            let finished = Cut::new(guard.extend(CUT_TTL * 2), cut).await.is_some();
+            guard.release().await;
+            if let Some(problem) = left_behind(cluster, client, monitors, &resource, cut).await {
+                return Some(problem);
+            }
+            finished.then(|| "finished".to_owned())
+        }
+    })
+    .await;
+    println!("extend: cut at every await up to {cuts}");
+}
+
+/// An auto-extended `acquire()` cut at every await point: whatever it set
+/// is released, and no watchdog outlives it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acquire_cut_at_every_await_leaves_nothing() {
+    let cluster = Cluster::start(3);
+    let monitors: Vec<Monitor> = cluster.nodes.iter().map(|n| n.monitor()).collect();
+    let cuts = at_every_await(|cut| {
+        let (cluster, monitors) = (&cluster, &monitors);
+        async move {
+            let resource = format!("cut-acquire-{cut}");
+            let client = &cut_client(cluster, &resource).await;
+            let request = client
+                .lock(resource.clone(), CUT_TTL)
+                .auto_extend(auto())
+                .acquire();
+            let got = Cut::new(request, cut).await;
+            let finished = got.is_some();
+            if let Some(guard) = got {
+                guard.unwrap().release().await;
+            }
+            if let Some(problem) = left_behind(cluster, client, monitors, &resource, cut).await {
+                return Some(problem);
+            }
+            finished.then(|| "finished".to_owned())
+        }
+    })
+    .await;
+    println!("acquire: cut at every await up to {cuts}");
+}
+
+/// An auto-extended `with_lock` whose closure awaits twice, cut at every
+/// await point (the acquire's, the closure's, the release's): the lock is
+/// freed and no watchdog outlives it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_with_lock_cut_at_every_await_frees_the_lock() {
+    let cluster = Cluster::start(3);
+    let monitors: Vec<Monitor> = cluster.nodes.iter().map(|n| n.monitor()).collect();
+    let cuts = at_every_await(|cut| {
+        let (cluster, monitors) = (&cluster, &monitors);
+        async move {
+            let resource = format!("cut-with-lock-{cut}");
+            let client = &cut_client(cluster, &resource).await;
+            let run = client
+                .lock(resource.clone(), CUT_TTL)
+                .auto_extend(auto())
+                .run(|_lease| async {
+                    tokio::task::yield_now().await;
+                    tokio::time::sleep(ms(5)).await;
+                });
+            let finished = Cut::new(run, cut).await.is_some();
+            if let Some(problem) = left_behind(cluster, client, monitors, &resource, cut).await {
+                return Some(problem);
+            }
+            finished.then(|| "finished".to_owned())
+        }
+    })
+    .await;
+    println!("with_lock: cut at every await up to {cuts}");
 }

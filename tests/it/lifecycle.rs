@@ -427,3 +427,35 @@ async fn client_default_and_opt_out() {
     auto.release().await;
     manual.release().await;
 }
+
+/// A release that meets dropped connections (a load balancer's reset, an
+/// idle timeout, `CLIENT KILL`) is sent again over new ones until the keys
+/// would have expired: the lock is free at once, not after its TTL. Issue
+/// 31: the release failed with "connection lost" on every node and the
+/// keys stayed for the whole 30 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_over_dropped_connections_is_sent_again() {
+    let cluster = Cluster::start(3);
+    let client = client_with_timeout(cluster.urls(), ms(500));
+    warm_up(&client, &cluster).await;
+    let guard = client.acquire("dropped", secs(30)).await.unwrap();
+    for node in &cluster.nodes {
+        node.cli(&["CLIENT", "KILL", "TYPE", "normal"]);
+    }
+    let released = guard.release().await;
+    println!("released over dropped connections: {released:?}");
+    let key = lock_key("dropped");
+    let freed = eventually(secs(3), || {
+        cluster
+            .nodes
+            .iter()
+            .all(|n| n.cli(&["EXISTS", &key]).trim() == "0")
+    })
+    .await;
+    assert!(
+        freed,
+        "the keys stayed after a release over dropped connections: {released:?}"
+    );
+    let again = client.try_acquire("dropped", secs(30)).await.unwrap();
+    again.expect("free again").release().await;
+}

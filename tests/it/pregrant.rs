@@ -755,3 +755,200 @@ async fn a_waiter_outside_the_queue_keeps_a_release_from_handing_over() {
         pending = rest;
     }
 }
+
+/// A waiter named after a long wait: the release set its pre-granted key
+/// on the home just now, with the ticket's whole TTL, but the waiter can
+/// count the home's vote unasked only from a moment it knows the key was
+/// not yet set (its join). Issue 31: counted from the join 7 s earlier, a
+/// 10 s lock came with 2.9 s of validity (and with ~1 ms when the
+/// wait came closer to the TTL). Now a credit that would leave less than
+/// half the TTL is not taken: the home is asked in the same round (no
+/// extra round trip), re-confirms the key with a fresh TTL, and the
+/// validity counts from the round.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pregrant_after_a_long_wait_comes_with_a_fresh_validity() {
+    let cluster = Cluster::start(3);
+    let resource = homed_at("fresh", 0, 3);
+    let (a, b) = (client(&cluster, true), client(&cluster, true));
+    warm_up(&a, &cluster).await;
+    warm_up(&b, &cluster).await;
+    let holder = a.acquire(&resource, secs(30)).await.unwrap();
+    let ttl = secs(10);
+    let waiter = spawn_notice_waiter_with(b, resource.clone(), ttl);
+    assert!(eventually(secs(10), || queued(&cluster, &resource) == 1).await);
+    tokio::time::sleep(secs(7)).await;
+    let (got, after) = release_and_wait(holder, waiter, secs(10)).await;
+    let guard = got.expect("the waiter gets the lock");
+    let value = cluster.nodes[0].cli(&["GET", &lock_key(&resource)]);
+    assert_eq!(
+        value.matches(':').count(),
+        2,
+        "the home's key is not the pre-grant's ({value}): no pre-grant was tested"
+    );
+    let validity = guard.validity();
+    println!("a pre-grant after a 7 s wait: granted {after:?} after the release, valid for {validity:?} of {ttl:?}");
+    assert!(
+        validity > ttl / 2,
+        "a fresh pre-grant came with {validity:?} of validity (TTL {ttl:?})"
+    );
+    guard.release().await;
+}
+
+/// A pre-grant only from a home the releaser counts (issue 31): the home
+/// restarted (here with its data, AOF: the holder's key, the queue and the
+/// fence come back) and is young under the restart guard, so neither the
+/// releaser nor the waiter counts its vote. Before, the release's script
+/// pre-granted it anyway (a `SET` of the waiter's pre-grant value and a
+/// move of the fence) and only the waiter's look at its subscription's age
+/// kept it from being counted; a home restarted empty then seeded the
+/// pre-grant's fence from the releaser's clock, below the fences the
+/// others held, and nothing checked whether it had been re-seeded. The
+/// waiter still gets the lock, from the other two nodes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_young_home_does_not_pregrant() {
+    let mut cluster = Cluster::start_with(3, |_| crate::support::ServerOptions {
+        appendonly: true,
+        appendfsync_always: true,
+        ..Default::default()
+    });
+    // The window is the longest TTL the client asked for, at least this:
+    // the warm-up's 5 s, and every lock here.
+    let window = secs(5);
+    let build = || {
+        redfence::Client::builder(cluster.urls())
+            .node_timeout(secs(1))
+            .restart_guard(redfence::RestartGuard::new().with_window(window))
+            .build()
+            .unwrap()
+    };
+    let (a, b) = (build(), build());
+    // The servers just started: young until the window is over (a second
+    // more for the rounding of their reported uptime).
+    tokio::time::sleep(window + ms(1200)).await;
+    warm_up(&a, &cluster).await;
+    warm_up(&b, &cluster).await;
+    let resource = homed_at("young-home", 0, 3);
+    let holder = a.acquire(&resource, window).await.unwrap();
+    let first = holder.token().unwrap().get();
+    let waiter = spawn_notice_waiter_with(b.clone(), resource.clone(), window);
+    assert!(eventually(secs(10), || queued(&cluster, &resource) == 1).await);
+    cluster.node(0).restart();
+    assert_eq!(queued(&cluster, &resource), 1, "the queue came back (AOF)");
+    let monitor = cluster.nodes[0].monitor();
+    let (released, got, after) = release_and_wait_reporting(holder, waiter, secs(20)).await;
+    println!("{released:?}");
+    let guard = got.expect("the waiter gets the lock from the other nodes");
+    let key = format!("\"{}\"", lock_key(&resource));
+    let pregrants: Vec<String> = monitor
+        .lines()
+        .into_iter()
+        .filter(|l| l.contains(" lua] ") && l.contains("\"SET\"") && l.contains(&key))
+        .filter(|l| {
+            l.split('"')
+                .nth(5)
+                .is_some_and(|v| v.matches(':').count() == 2)
+        })
+        .collect();
+    println!("a young home: the waiter got the lock {after:?} after the release; pre-grants on the home: {pregrants:?}");
+    assert!(
+        pregrants.is_empty(),
+        "the young home pre-granted its vote: {pregrants:#?}"
+    );
+    assert!(guard.token().unwrap().get() > first);
+    guard.release().await;
+}
+
+/// A ticket with this client's tag that it never issued: another live
+/// client's, had two clients drawn one tag (32-bit tags before issue 31:
+/// about 2^16 clients make a collision likely), stood in for by a ticket
+/// planted at the head. The release pre-grants it the home's vote and
+/// publishes the naming on the tag's channel, where this client hears it.
+/// Before, the client took it for an orphan of its own and released it:
+/// it deleted the other client's pre-granted key and the home's vote went
+/// to the next ticket, two holders. Now the key is left alone: its own
+/// client uses it, or it expires with its TTL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pregrant_to_a_ticket_never_issued_is_left_alone() {
+    let Queued {
+        cluster,
+        resource,
+        holder,
+        waiter,
+        ticket,
+        waiting: _,
+    } = queued_waiter("never-issued").await;
+    let home = &cluster.nodes[0];
+    let (tag, _) = ticket.split_once('.').expect("a tag and the rest");
+    let planted = format!("{tag}.0123456789abcdef-30000");
+    home.cli(&["LPUSH", &queue_key(&resource), &planted]);
+    let key = lock_key(&resource);
+    let monitor = home.monitor();
+    holder.release().await;
+    let pregranted = format!("{tag}:0123456789abcdef-30000:");
+    let set = format!("\"SET\" \"{key}\" \"{pregranted}");
+    assert!(
+        eventually(secs(5), || monitor.lines().iter().any(|l| l.contains(&set))).await,
+        "the release did not pre-grant the planted ticket: {:#?}",
+        monitor.lines()
+    );
+    // Time for the client to hear the naming and, before, release it.
+    tokio::time::sleep(secs(2)).await;
+    let value = home.cli(&["GET", &key]);
+    println!("a pre-grant to a ticket never issued: the home's key after 2 s: {value}");
+    assert!(
+        value.starts_with(&pregranted),
+        "the pre-grant to a ticket this client never issued was released: the key is {value:?}"
+    );
+    assert!(
+        !waiter.is_finished(),
+        "the real waiter got the lock while another ticket held the home"
+    );
+    waiter.abort();
+}
+
+/// A handover's notice names the released holder's keys by the SHA1 of
+/// its value, never the value: the value proves ownership (release and
+/// extend compare it), and pub/sub can be read by any client allowed to
+/// `PSUBSCRIBE`. `MONITOR` on the home shows every `PUBLISH` the release
+/// ran: none carries the value's secret, the handover's carries its hash.
+/// Before issue 31 the notice carried the value itself.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handover_publishes_a_hash_of_the_holders_value_never_the_value() {
+    let cluster = Cluster::start(3);
+    let resource = homed_at("handover-secret", 0, 3);
+    let (a, b) = (client(&cluster, true), client(&cluster, true));
+    warm_up(&a, &cluster).await;
+    warm_up(&b, &cluster).await;
+    let key = lock_key(&resource);
+    for round in 0..5 {
+        let holder = held_via_queue(&cluster, &resource, &a).await;
+        let value = cluster.nodes[0].cli(&["GET", &key]).trim().to_owned();
+        let (_, secret) = value.split_once(':').expect("tag:secret");
+        let ahead = queued(&cluster, &resource);
+        let waiter = spawn_notice_waiter(b.clone(), resource.clone());
+        assert!(eventually(secs(10), || queued(&cluster, &resource) == ahead + 1).await);
+        let monitor = cluster.nodes[0].monitor();
+        let (released, got, _) = release_and_wait_reporting(holder, waiter, secs(30)).await;
+        let guard = got.expect("the named waiter gets the lock");
+        let publishes: Vec<String> = monitor
+            .lines()
+            .into_iter()
+            .filter(|l| l.contains("\"PUBLISH\""))
+            .collect();
+        assert!(
+            publishes.iter().all(|l| !l.contains(secret)),
+            "a notice carried the holder's secret: {publishes:#?}"
+        );
+        guard.release().await;
+        if released.handed_over == 2 {
+            let hash = sha1_smol::Sha1::from(value.as_str()).digest().to_string();
+            println!("round {round}: the handover's notice: {publishes:?}");
+            assert!(
+                publishes.iter().any(|l| l.contains(&hash)),
+                "the handover's notice does not name the keys by their hash {hash}: {publishes:#?}"
+            );
+            return;
+        }
+    }
+    panic!("no handover in 5 rounds");
+}
