@@ -307,6 +307,9 @@ fn parse_node(
     };
     let (addr, secure) = match info.addr() {
         ConnectionAddr::Tcp(host, port) => (format!("{}:{port}", host.to_ascii_lowercase()), false),
+        ConnectionAddr::TcpTls { insecure: true, .. } => {
+            return Err(ConfigError::InsecureTls { index, url: shown });
+        }
         ConnectionAddr::TcpTls { host, port, .. } if cfg!(feature = "tls") => {
             // Before anything can connect: the lock connection, the
             // subscriptions and the audit's own connections all go

@@ -39,6 +39,23 @@ pub enum ConfigError {
         /// What is unsupported.
         reason: &'static str,
     },
+    /// A `rediss://` URL asks for TLS without checking the server's
+    /// certificate (`#insecure`, the redis crate's form). Refused: the lock
+    /// connection would be open to anyone who can intercept it, and the
+    /// redis crate's build here cannot make such a connection anyway (it
+    /// failed at every acquire, issue 31). Give the server's CA instead:
+    /// [`Builder::tls`](crate::Builder::tls) with
+    /// [`Tls::root_ca_pem`](crate::Tls::root_ca_pem).
+    #[error(
+        "node {index} ({url:?}) asks for tls without certificate checks (#insecure): \
+         trust the server's ca instead, with Builder::tls(Tls::new().root_ca_pem(..))"
+    )]
+    InsecureTls {
+        /// Position of the node in the list.
+        index: usize,
+        /// The URL, redacted.
+        url: String,
+    },
     /// [`Builder::tls`](crate::Builder::tls) was given, and a node is not a
     /// `rediss://` one: it would connect in plain text while the settings
     /// say the deployment is encrypted.

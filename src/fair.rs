@@ -257,6 +257,16 @@ async fn fair_wait(
         joined_at: None,
         attempts: 0,
     };
+    // Dropped mid-wait (cancelled), the waiter takes its ticket out of the
+    // queue, so that no release names a ticket nobody holds. Armed before
+    // the first join: cut off while that join is in flight, its `RPUSH`
+    // may land all the same (issue 31: the ticket stayed queued until
+    // a release named it as an orphan or a look skipped it).
+    let mut leave = Leave {
+        shared,
+        target,
+        ticket: Some(waiter.ticket.clone()),
+    };
     // A busy resource (this client's tasks wait for it, or the last
     // release named a waiter): join the queue instead of sending an
     // attempt that would fail on every node.
@@ -272,13 +282,6 @@ async fn fair_wait(
         Next::Attempt
     };
     let mut last: Option<QuorumFailure> = None;
-    // Dropped mid-wait (cancelled), the waiter takes its ticket out of the
-    // queue, so that no release names a ticket nobody holds.
-    let mut leave = Leave {
-        shared,
-        target,
-        ticket: Some(waiter.ticket.clone()),
-    };
     // Keys a handover left to this waiter, released if it does not take
     // them (its attempt failed, or it was dropped).
     let mut handed = Handed {
@@ -317,7 +320,8 @@ async fn fair_wait(
         }
         let pregranted = waiter.pregranted();
         let hash = handed.value.as_ref().map(|h| h.hash.clone());
-        let result = attempt_pregranted(shared, target, probe, pregranted, hash.as_deref()).await;
+        let result =
+            attempt_pregranted(shared, target, probe, pregranted, hash.as_deref(), None).await;
         // Granted, the keys it replaced are ours; refused, those it did
         // not reach are released now.
         handed.done(result.is_ok());

@@ -546,6 +546,19 @@ impl Shared {
                     queue.prod(ticket);
                     return;
                 }
+                if let (Some("r"), Some(ms)) =
+                    (payload.split(':').next(), payload.split(':').nth(1))
+                {
+                    // A release reserved the home for a client outside the
+                    // queue, our ticket at the head (DESIGN.md, section 2,
+                    // "Outside turns"): our first waiter looks when the
+                    // reservation would lapse, unused.
+                    let ms = ms.parse().unwrap_or(0);
+                    let at = Instant::now() + Duration::from_millis(ms);
+                    queue.look_at = Some(queue.look_at.map_or(at, |l| l.min(at)));
+                    queue.wake_head();
+                    return;
+                }
                 if let Some(next) = next {
                     // On this client's own channel: only the named waiter
                     // acts. A fourth field is the home's fence: the
@@ -981,6 +994,7 @@ mod tests {
             index: 0,
             queue: "q".into(),
             pregrant_fence: Some("f".into()),
+            claim: Some("c".into()),
         };
         let mine = "aaaaaaaa0000000000000001-30000";
         let (a, _) = waits.join_fair(&[], &key, &home, mine.into());
@@ -1031,6 +1045,7 @@ mod tests {
             index: 0,
             queue: "q".into(),
             pregrant_fence: Some("f".into()),
+            claim: Some("c".into()),
         };
         let (granted, left) = ("aaaaaaaa0000000000000001", "aaaaaaaa0000000000000002");
         let (a, _) = waits.join_fair(&[], &key, &home, granted.into());

@@ -23,6 +23,11 @@ pub(crate) struct Home {
     /// cluster node's fence key may live in another slot than the lock
     /// key).
     pub(crate) pregrant_fence: Option<Arc<str>>,
+    /// The outside claim's key (`resource::claim_key`), where the home
+    /// pre-grants (`pregrant_fence` is set): a polling waiter refused
+    /// there claims the next turn, and the release reserves the home's
+    /// vote for it instead of the queue's next waiter.
+    pub(crate) claim: Option<Arc<str>>,
 }
 
 /// The home node's vote for a named ticket: the release that named it set

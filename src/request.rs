@@ -19,7 +19,7 @@ use crate::guard::LockGuard;
 use crate::lease::Lease;
 use crate::metrics;
 use crate::notify::Place;
-use crate::protocol::attempt::{attempt, probe};
+use crate::protocol::attempt::{attempt, attempt_outside, probe};
 use crate::protocol::shared::{Grant, Shared, Target};
 use crate::quorum::quorum;
 use crate::retry::{jitter, Retry};
@@ -206,7 +206,14 @@ impl LockRequest {
         let mut attempts = 0u32;
         loop {
             attempts += 1;
-            match attempt(&self.shared, target, false).await {
+            // Outside the fair queue: a refusal on its home claims the
+            // next turn there, for this waiter's pause and a node timeout
+            // to come back (DESIGN.md, section 2, "Outside turns").
+            let reserve = self
+                .retry
+                .pause(attempts, |window| window)
+                .saturating_add(self.shared.config.node_timeout.saturating_mul(2));
+            match attempt_outside(&self.shared, target, false, reserve).await {
                 Ok(grant) => {
                     tracing::debug!(attempts, elapsed = ?started.elapsed(), "acquired");
                     return Ok((grant, attempts));
@@ -270,7 +277,12 @@ impl LockRequest {
                 .or(heard);
             let probe = place.is_some();
             let attempt_start = Instant::now();
-            let result = attempt(&self.shared, target, probe).await;
+            // Outside the fair queue (`fair(false)`, or its home stopped
+            // answering): a refusal on the home claims the next turn there,
+            // which a notice reaches at once (DESIGN.md, section 2,
+            // "Outside turns").
+            let reserve = self.shared.config.node_timeout.saturating_mul(3);
+            let result = attempt_outside(&self.shared, target, probe, reserve).await;
             // How long an attempt takes: the unit of the spread below.
             let attempt_time = attempt_start.elapsed();
             let mut failure = match result {

@@ -46,6 +46,14 @@ pub(crate) fn queue_key(prefix: &str, resource: &str, layout: Layout) -> Arc<str
     key(prefix, "queue:", resource, layout)
 }
 
+/// The Redis key of a resource's outside claim (on its home node): a
+/// client waiting outside the fair queue whose attempt was refused there
+/// claims the next turn (DESIGN.md, section 2, fair queue, "Outside
+/// turns").
+pub(crate) fn claim_key(prefix: &str, resource: &str, layout: Layout) -> Arc<str> {
+    key(prefix, "claim:", resource, layout)
+}
+
 /// Checks a prefix for the tagged layout: a brace in it would move or
 /// split the hash tag.
 pub(crate) fn validate_tagged_prefix(prefix: &str) -> Result<(), &'static str> {

@@ -48,7 +48,21 @@ pub(crate) async fn attempt(
     target: &Target,
     probe: bool,
 ) -> Result<Grant, QuorumFailure> {
-    attempt_pregranted(shared, target, probe, None, None).await
+    attempt_pregranted(shared, target, probe, None, None, None).await
+}
+
+/// [`attempt`] of a client waiting outside the fair queue (polling, or by
+/// notice with `fair(false)`): on a home that pre-grants, a refusal there
+/// claims the next turn, and the release that follows reserves the home's
+/// vote for this client for `reserve` (DESIGN.md, section 2, fair queue,
+/// "Outside turns").
+pub(crate) async fn attempt_outside(
+    shared: &Arc<Shared>,
+    target: &Target,
+    probe: bool,
+    reserve: Duration,
+) -> Result<Grant, QuorumFailure> {
+    attempt_pregranted(shared, target, probe, None, None, Some(reserve)).await
 }
 
 /// The home node's vote that the release naming a fair waiter pre-granted
@@ -76,6 +90,7 @@ pub(crate) async fn attempt_pregranted(
     probe: bool,
     pregranted: Option<Pregranted>,
     handed: Option<&str>,
+    claim: Option<Duration>,
 ) -> Result<Grant, QuorumFailure> {
     let pregranted = pregranted.filter(|_| target.fence.is_some());
     let credited = pregranted.as_ref().and_then(|p| {
@@ -111,6 +126,9 @@ pub(crate) async fn attempt_pregranted(
     shared.counters.count(Event::Attempt);
     let vote = shared.vote(true);
     let (key, value, ttl_ms) = (&*held.key, &*held.value, target.ttl.millis());
+    // The home's own request, when this attempt claims the next turn
+    // there: the acquire with the claim key and this client's tag.
+    let mut at_home = None;
     // One request per node and the parser of its reply (the node's new
     // fence; 0 without fencing).
     let (request, parse): (Acquire, Parse) = match &target.fence {
@@ -144,10 +162,20 @@ pub(crate) async fn attempt_pregranted(
             } else if probe {
                 evalsha.arg(1);
             }
+            if let (Some(reserve), Some(claim), None, None) =
+                (claim, &target.home.claim, &pregranted, handed)
+            {
+                let mut home = ACQUIRE.evalsha_keys(&[key, fence_key, claim], more);
+                home.arg(value).arg(ttl_ms).arg(clock_seed());
+                home.arg(if probe { "1" } else { "" }).arg("").arg("");
+                home.arg(&*shared.id_text)
+                    .arg(reserve.as_millis().max(1) as u64);
+                at_home = Some((target.home.index, home));
+            }
             (Acquire::Fenced(evalsha), parse_fenced)
         }
     };
-    let request = Arc::new(request);
+    let (request, at_home) = (Arc::new(request), at_home.map(Arc::new));
     let round = round_credited(
         shared,
         Phase::Acquire,
@@ -157,10 +185,15 @@ pub(crate) async fn attempt_pregranted(
         credited,
         |node, settled| {
             let request = Arc::clone(&request);
+            let home = at_home
+                .as_ref()
+                .filter(|h| h.0 == node.index())
+                .map(Arc::clone);
             async move {
                 let reply = match &*request {
                     Acquire::Command(cmd) => node.run_command(cmd, &settled, vote).await?,
                     Acquire::Fenced(evalsha) => {
+                        let evalsha = home.as_ref().map_or(evalsha, |h| &h.1);
                         node.run_script_prepared(&ACQUIRE, evalsha, &settled, false, vote)
                             .await?
                     }

@@ -349,7 +349,8 @@ fn start_release(shared: &Shared, held: &Held, notice_id: String, step: &Step<'_
             // connection's server would vote in a fenced request now
             // (`Server::run_script_vouched`).
             Some(fence) => {
-                let keys: [&str; 3] = [&held.key, &held.home.queue, fence];
+                let claim = held.home.claim.as_deref().unwrap_or_default();
+                let keys: [&str; 4] = [&held.key, &held.home.queue, fence, claim];
                 Home {
                     vouched: Some(RELEASE.evalsha(&keys, &args(b"1"))),
                     plain: RELEASE.evalsha(&keys, &args(b"")),
@@ -474,6 +475,13 @@ fn start_release(shared: &Shared, held: &Held, notice_id: String, step: &Step<'_
                         redis::Value::Int(3) => {
                             busy.set(true);
                             return Err(NodeErrorKind::NotHeld);
+                        }
+                        redis::Value::Int(5) => {
+                            // Deleted, and the home's vote reserved for a
+                            // client outside the queue that claimed the
+                            // turn: the queue is still busy.
+                            busy.set(true);
+                            return Ok(());
                         }
                         redis::Value::Int(1) => busy.set(false),
                         _ => {}

@@ -16,7 +16,9 @@ use crate::fence::FencingToken;
 use crate::node::{Kind, Node, Vote};
 use crate::notify::Waits;
 use crate::pregrant::Home;
-use crate::resource::{client_tag, fence_bucket, fence_keys, lock_key, queue_key, validate};
+use crate::resource::{
+    claim_key, client_tag, fence_bucket, fence_keys, lock_key, queue_key, validate,
+};
 use crate::stats::Counters;
 use crate::validity::{Ttl, TtlProblem};
 
@@ -181,10 +183,14 @@ impl Shared {
             .nodes
             .get(index)
             .is_some_and(|node| matches!(node.kind(), Kind::Server(_)));
+        let pregrant_fence = fence.clone().filter(|_| plain);
         let home = Home {
             index,
             queue: queue_key(prefix, resource, self.config.layout),
-            pregrant_fence: fence.clone().filter(|_| plain),
+            claim: pregrant_fence
+                .as_ref()
+                .map(|_| claim_key(prefix, resource, self.config.layout)),
+            pregrant_fence,
         };
         Ok(Target {
             resource: resource.into(),

@@ -277,7 +277,7 @@ mod tests {
         assert_eq!(acquire.name, "acquire");
         assert_eq!(
             denied(&in_script("run this command or subcommand", &sha)).as_deref(),
-            Some("run a command in the acquire script, which runs SET, GET, INCR, INCRBY, PTTL")
+            Some("run a command in the acquire script, which runs SET, GET, LRANGE, LREM, RPUSH, PTTL, PEXPIRE, INCR, INCRBY")
         );
         assert_eq!(
             denied(&in_script(

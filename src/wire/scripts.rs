@@ -215,10 +215,19 @@ impl Script {
 /// the key of the holder whose release handed the lock over to this fair
 /// waiter (the fair queue's step 3, "Handover"; the notice carries the
 /// hash, never the value); it is replaced the same way.
+/// Given a seventh argument (a client's tag, on the home node, with the
+/// claim key as third key: a waiter outside the fair queue), a key that
+/// the home's release reserved for that client (`{tag}:o:…`) counts as
+/// free, and a refusal claims the next turn: the claim key is set to
+/// `{tag}:{eighth argument}` (how long the reservation is to wait for
+/// the client, ms) for the holder's remaining TTL plus that, unless
+/// another client claimed first; a grant deletes the client's own claim
+/// (DESIGN.md, section 2, fair queue, "Outside turns").
 ///
-/// KEYS: lock key, fence key. ARGV: value, ttl ms, seed[, "1" to probe or
-/// ""[, "1" to take our own key or ""[, the SHA1 of the value handed
-/// over]]].
+/// KEYS: lock key, fence key[, claim key]. ARGV: value, ttl ms, seed[,
+/// "1" to probe or ""[, "1" to take our own key or ""[, the SHA1 of the
+/// value handed over or ""[, the claiming client's tag, the reservation's
+/// life ms]]]].
 pub(crate) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script {
     eval_when_decided: false,
     ..Script::new("acquire", include_str!("lua/acquire.lua"))
@@ -331,13 +340,23 @@ pub(crate) fn lock_scripts() -> [&'static Script; 8] {
 /// "Handover"). Elsewhere than the home, a fourth argument "sha1" says the
 /// first is the SHA1 of the value to delete: the keys a handover left for
 /// a waiter that will not take them.
+/// With the claim key (a fourth key, with the fence key), when the key was
+/// the holder's, fair waiters are queued and a client waiting outside the
+/// queue claimed the next turn (`{tag}:{life ms}`, set by its refused
+/// acquire, see [`ACQUIRE`]), the release reserves the home's vote for
+/// that client instead (`SET NX PX` of `{tag}:o:{notice}` for the claim's
+/// life, which that client's next acquire takes as free), deletes the
+/// claim and names nobody (DESIGN.md, section 2, fair queue, "Outside
+/// turns").
 /// Returns 1 when deleted, 2 when deleted and a ticket named, 4 when
-/// deleted, named and handed over, 3 when a ticket was named without the
-/// holder's key there, 0 when neither (elsewhere than the home: nothing
-/// announced); `{code, ticket, fence or ""}` when the ticket named is the
-/// releasing client's.
+/// deleted, named and handed over, 5 when deleted and reserved for an
+/// outside claim, 3 when a ticket was named without the holder's key
+/// there, 0 when neither (elsewhere than the home: nothing announced);
+/// `{code, ticket, fence or ""}` when the ticket named is the releasing
+/// client's.
 ///
-/// KEYS: lock key[, queue key on the home node[, fence key]]. ARGV: value
+/// KEYS: lock key[, queue key on the home node[, fence key, claim key]].
+/// ARGV: value
 /// (or its SHA1), notice id, notice channel (pub/sub is server-wide, so
 /// the channel names the database; a script cannot read its database
 /// index, so the client passes the name)[, elsewhere: "sha1" or ""][, on
@@ -472,7 +491,10 @@ mod tests {
 
     #[test]
     fn scripts_know_the_commands_they_run() {
-        assert_eq!(ACQUIRE.commands(), ["SET", "GET", "INCR", "INCRBY", "PTTL"]);
+        assert_eq!(
+            ACQUIRE.commands(),
+            ["SET", "GET", "LRANGE", "LREM", "RPUSH", "PTTL", "PEXPIRE", "INCR", "INCRBY"]
+        );
         assert_eq!(
             RELEASE.commands(),
             [
@@ -481,8 +503,10 @@ mod tests {
                 "PUBSUB|NUMSUB",
                 "PUBLISH",
                 "LREM",
-                "LINDEX",
+                "LLEN",
+                "LPOP",
                 "SET",
+                "LINDEX",
                 "INCR",
                 "INCRBY"
             ]

@@ -439,3 +439,74 @@ async fn a_with_lock_cut_at_every_await_frees_the_lock() {
     .await;
     println!("with_lock: cut at every await up to {cuts}");
 }
+
+/// A waiting acquire (the fair queue: join, look, named attempt) cut at
+/// every await point while another client holds the lock: its ticket
+/// leaves the queue, and once the holder releases nothing is left. Issue
+/// 31: cut while its first join was in flight, the waiter had not yet
+/// armed its leave, and the ticket stayed queued.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_acquire_cut_at_every_await_leaves_the_queue() {
+    let cluster = Cluster::start(3);
+    let holder = client_with_timeout(cluster.urls(), ms(300));
+    warm_up(&holder, &cluster).await;
+    let monitors: Vec<Monitor> = cluster.nodes.iter().map(|n| n.monitor()).collect();
+    let cuts = at_every_await(|cut| {
+        let (cluster, monitors, holder) = (&cluster, &monitors, &holder);
+        async move {
+            let resource = format!("cut-wait-{cut}");
+            let client = &cut_client(cluster, &resource).await;
+            let held = holder.acquire(&resource, CUT_TTL).await.unwrap();
+            let queue = format!("{}queue:{resource}", redfence::limits::DEFAULT_PREFIX);
+            let queued = || -> usize {
+                cluster
+                    .nodes
+                    .iter()
+                    .map(|n| {
+                        n.cli(&["LLEN", &queue])
+                            .trim()
+                            .parse::<usize>()
+                            .unwrap_or(0)
+                    })
+                    .sum()
+            };
+            // A first waiter of the same client, queued: the cut one then
+            // finds the resource busy and joins the queue at once (its
+            // first await is the join).
+            let first = {
+                let (client, resource) = (client.clone(), resource.clone());
+                tokio::spawn(async move {
+                    let retry = redfence::Retry::new().with_max_wait(secs(20));
+                    let _ = client.lock(resource, CUT_TTL).retry(retry).acquire().await;
+                })
+            };
+            assert!(eventually(secs(10), || queued() == 1).await);
+            tokio::time::sleep(ms(200)).await;
+            let wait = client
+                .lock(resource.clone(), CUT_TTL)
+                .auto_extend(auto())
+                .retry(redfence::Retry::new().with_max_wait(ms(800)))
+                .acquire();
+            let finished = Cut::new(wait, cut).await.is_some();
+            first.abort();
+            let emptied = eventually(secs(2), || queued() == 0).await;
+            if !emptied {
+                let lens: Vec<String> = cluster
+                    .nodes
+                    .iter()
+                    .map(|n| n.cli(&["LLEN", &queue]))
+                    .collect();
+                return Some(format!(
+                    "cut at await {cut}: the ticket stayed queued ({lens:?})"
+                ));
+            }
+            held.release().await;
+            if let Some(problem) = left_behind(cluster, client, monitors, &resource, cut).await {
+                return Some(problem);
+            }
+            finished.then(|| "finished".to_owned())
+        }
+    })
+    .await;
+    println!("waiting acquire: cut at every await up to {cuts}");
+}

@@ -721,7 +721,7 @@ async fn a_user_missing_a_permission_gets_no_permission_naming_the_command() {
         (
             &["-incr"],
             true,
-            "run a command in the acquire script, which runs SET, GET, INCR, INCRBY, PTTL",
+            "run a command in the acquire script, which runs SET, GET, LRANGE, LREM, RPUSH, PTTL, PEXPIRE, INCR, INCRBY",
         ),
         (&["-info"], true, "run INFO"),
         (

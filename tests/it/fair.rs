@@ -1286,3 +1286,123 @@ fn processes_keep_safe_turns_through_a_home_restarted_empty() {
     assert_eq!(failed, 0, "acquires failed");
     assert_eq!(after.len(), 16, "every task got the lock after the restart");
 }
+
+/// How a client outside the fair queue asks for the lock.
+#[derive(Debug, Clone, Copy)]
+enum Outside {
+    /// `try_acquire` every 25 ms.
+    Try,
+    /// `acquire` with `wake_on_release(false)`, 25 ms pauses.
+    Polling,
+    /// `acquire` with `fair(false)`: the classic competition, by notice.
+    Classic,
+}
+
+/// Two fair clients with two tasks each take turns on `resource` for
+/// `run` (each holds 20 ms, so the queue always holds a waiter) while one
+/// client outside the queue asks as `how` says, back to back. Returns the
+/// grants of the outside client and of the queue's four tasks.
+async fn beside_a_busy_queue(cluster: &Cluster, resource: &str, how: Outside) -> (usize, usize) {
+    let run = secs(4);
+    let fair_clients = [client(cluster, true), client(cluster, true)];
+    let outside = match how {
+        Outside::Try | Outside::Classic => client(cluster, matches!(how, Outside::Try)),
+        Outside::Polling => crate::helpers::builder(cluster.urls())
+            .node_timeout(secs(1))
+            .wake_on_release(false)
+            .build()
+            .unwrap(),
+    };
+    for c in fair_clients.iter().chain([&outside]) {
+        warm_up(c, cluster).await;
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let queue_grants = Arc::new(AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for c in &fair_clients {
+        for _ in 0..2 {
+            let (c, r) = (c.clone(), resource.to_owned());
+            let (stop, n) = (stop.clone(), queue_grants.clone());
+            tasks.push(tokio::spawn(async move {
+                while !stop.load(Ordering::Relaxed) {
+                    if let Ok(g) = c.lock(&r, secs(5)).retry(patient()).acquire().await {
+                        n.fetch_add(1, Ordering::Relaxed);
+                        tokio::time::sleep(ms(20)).await;
+                        g.release().await;
+                    }
+                }
+            }));
+        }
+    }
+    // The queue busy before the outside client starts.
+    tokio::time::sleep(ms(300)).await;
+    let started = Instant::now();
+    let mut got = 0;
+    while started.elapsed() < run {
+        let guard = match how {
+            Outside::Try => {
+                let g = outside.try_acquire(resource, secs(5)).await.ok().flatten();
+                if g.is_none() {
+                    tokio::time::sleep(ms(25)).await;
+                }
+                g
+            }
+            Outside::Polling | Outside::Classic => {
+                let left = run.saturating_sub(started.elapsed());
+                let retry = Retry::new().with_delay(ms(25)).with_max_wait(left);
+                outside
+                    .lock(resource, secs(5))
+                    .retry(retry)
+                    .acquire()
+                    .await
+                    .ok()
+            }
+        };
+        if let Some(g) = guard {
+            got += 1;
+            g.release().await;
+        }
+    }
+    let queue = queue_grants.load(Ordering::Relaxed);
+    stop.store(true, Ordering::Relaxed);
+    for t in tasks {
+        let _ = tokio::time::timeout(secs(15), t).await;
+    }
+    (got, queue)
+}
+
+/// Clients outside a fair queue that never empties (DESIGN.md, section 2,
+/// fair queue, "Outside turns"). Issue 31: the release pre-granted the
+/// home to the queue's next waiter in the script that deleted the
+/// holder's key and handed it the other nodes, so the lock was never free
+/// between turns: a polling client (`wake_on_release(false)`) got 0
+/// grants in 6 s. Now its refused attempt claims a turn on the home, and
+/// the next release of a holder from the queue reserves the home's vote
+/// for it (the queue and the outside take turns). A client outside the
+/// queue by notice (`fair(false)`) races the named waiter for the other
+/// nodes, as in the classic competition, and claims turns too. A try does
+/// not wait and does not claim: it succeeds when it finds the lock free,
+/// which a busy queue never leaves it (printed, not asserted; the bound
+/// for a client that must get the lock is waiting for it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clients_outside_a_busy_queue_get_turns() {
+    let cluster = Cluster::start(3);
+    let (polling, queue_p) = beside_a_busy_queue(&cluster, "outside-poll", Outside::Polling).await;
+    let (classic, queue_c) =
+        beside_a_busy_queue(&cluster, "outside-classic", Outside::Classic).await;
+    let (tries, queue_t) = beside_a_busy_queue(&cluster, "outside-try", Outside::Try).await;
+    println!(
+        "beside a busy queue for 4 s: polling {polling} (queue {queue_p}), fair(false) {classic} (queue {queue_c}), try_acquire every 25 ms {tries} (queue {queue_t})"
+    );
+    assert!(
+        polling >= 5,
+        "a polling client got {polling} grants beside a busy queue"
+    );
+    assert!(
+        classic >= 5,
+        "a fair(false) client got {classic} grants beside a busy queue"
+    );
+    for queue in [queue_p, queue_c, queue_t] {
+        assert!(queue >= 5, "the queue itself got {queue} grants");
+    }
+}

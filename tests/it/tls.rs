@@ -432,3 +432,40 @@ async fn a_tls_redis_cluster_is_one_node() {
         started.elapsed()
     );
 }
+
+/// `rediss://host/#insecure` (the redis crate's form for TLS without
+/// certificate checks) is refused at build with `InsecureTls`, which names
+/// the alternative, for a server and for a cluster's seed, with or without
+/// TLS settings. Issue 31: it was accepted, and every acquire then failed
+/// with the redis crate's "Cannot create insecure client without
+/// tls-rustls-insecure feature" as a node error.
+#[test]
+fn an_insecure_tls_url_is_refused_at_build() {
+    let urls = [
+        "rediss://127.0.0.1:6379/#insecure",
+        "rediss://:hunter2@127.0.0.1:6379/#insecure",
+        "rediss+cluster://127.0.0.1:6379/#insecure",
+    ];
+    for url in urls {
+        for tls in [None, Some(trusting_ca())] {
+            let mut builder = Client::builder([url]).restart_guard(RestartGuard::off());
+            if let Some(tls) = tls {
+                builder = builder.tls(tls);
+            }
+            let e = builder.build().expect_err(url);
+            assert!(
+                matches!(e, ConfigError::InsecureTls { index: 0, .. }),
+                "{url}: {e:?}"
+            );
+            let text = e.to_string();
+            crate::helpers::assert_message_style(&text);
+            assert!(text.contains("root_ca_pem"), "{text}");
+            assert!(!text.contains("hunter2"), "{text}");
+        }
+    }
+    // The same URLs without the fragment build.
+    Client::builder(["rediss://127.0.0.1:6379"])
+        .tls(trusting_ca())
+        .build()
+        .expect("a checked TLS url builds");
+}

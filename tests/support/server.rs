@@ -277,6 +277,18 @@ impl RedisServer {
                 seen.lock().unwrap_or_else(|p| p.into_inner()).push(line);
             }
         });
+        // Monitoring from the server's `+OK` on: a command sent before it
+        // might not be seen (on a loaded machine the first commands of a
+        // test were missed).
+        let deadline = Instant::now() + CLI_TIMEOUT;
+        while lines.lock().unwrap_or_else(|p| p.into_inner()).is_empty() {
+            assert!(
+                Instant::now() < deadline,
+                "redis {}: MONITOR never answered",
+                self.port()
+            );
+            thread::sleep(Duration::from_millis(2));
+        }
         Monitor { stream, lines }
     }
 

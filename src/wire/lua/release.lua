@@ -27,6 +27,26 @@ local subs = redis.call('PUBSUB', 'NUMSUB', ARGV[3], ARGV[3] .. '/q')
 if mine and subs[2] > 0 then
   redis.call('PUBLISH', ARGV[3], ARGV[2] .. ':' .. subs[2])
 end
+if mine and KEYS[4] and ARGV[4] ~= '' and subs[4] > 0 and redis.call('LLEN', KEYS[2]) > 0 then
+  -- The holder came through the queue and clients waiting outside it
+  -- claimed turns (refused here while fair waiters queued): the home's
+  -- vote is reserved for the first claimant ({tag}:o:{notice}, which its
+  -- next attempt takes as free) for as long as its claim said, and nobody
+  -- is named. Its own release (no ticket) names the queue's next waiter:
+  -- the queue and the outside take turns.
+  local claim = redis.call('LPOP', KEYS[4])
+  local at = claim and string.find(claim, ':', 1, true)
+  if at then
+    local life = string.sub(claim, at + 1)
+    redis.call('SET', KEYS[1], string.sub(claim, 1, at - 1) .. ':o:' .. ARGV[2], 'NX', 'PX', life)
+    -- The queue's head looks again when the reservation would lapse.
+    local head = redis.call('LINDEX', KEYS[2], 0)
+    local dot = string.find(head, '.', 1, true)
+    local tag = dot and string.sub(head, 1, dot - 1) or string.sub(head, 1, 8)
+    redis.call('PUBLISH', ARGV[3] .. '/' .. tag, 'r:' .. life .. ':' .. head)
+    return 5
+  end
+end
 local named = false
 local handed = false
 local here = nil
