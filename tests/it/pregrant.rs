@@ -958,3 +958,44 @@ async fn a_handover_publishes_a_hash_of_the_holders_value_never_the_value() {
     }
     panic!("no handover in 5 rounds");
 }
+
+/// A contended release whose home is out of reach when it starts (its
+/// connection killed, the server paused for longer than the node timeout):
+/// the release's first step on the home lives until the holder's keys
+/// would expire, so when the home comes back it deletes the holder's key
+/// there and names the waiter. Issue 31: that step lived one node timeout
+/// and was then dropped; the holder's key stayed on the home for its TTL
+/// (30 s), nobody was named, and the waiter got the lock from its 10 s
+/// timer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_outlives_a_paused_home() {
+    let mut cluster = Cluster::start(3);
+    let resource = homed_at("paused-home", 0, 3);
+    let (a, b) = (client(&cluster, true), client(&cluster, true));
+    warm_up(&a, &cluster).await;
+    warm_up(&b, &cluster).await;
+    let holder = held_via_queue(&cluster, &resource, &a).await;
+    let ahead = queued(&cluster, &resource);
+    let waiter = spawn_notice_waiter(b.clone(), resource.clone());
+    assert!(eventually(secs(10), || queued(&cluster, &resource) == ahead + 1).await);
+    // The holder's client loses its connection to the home, and the home
+    // stops: the release cannot reach it within a node timeout (1 s).
+    cluster.nodes[0].cli(&["CLIENT", "KILL", "TYPE", "normal"]);
+    cluster.node(0).pause();
+    let released = holder.release().await;
+    tokio::time::sleep(ms(1500)).await;
+    cluster.node(0).resume();
+    let resumed = std::time::Instant::now();
+    let (got, at) = tokio::time::timeout(secs(30), waiter)
+        .await
+        .expect("the waiter hung")
+        .unwrap();
+    let after = at - resumed;
+    println!("a release over a paused home ({released:?}): the waiter got the lock {after:?} after the home resumed");
+    let guard = got.expect("the waiter gets the lock");
+    assert!(
+        after < secs(5),
+        "the waiter got the lock {after:?} after the home resumed"
+    );
+    guard.release().await;
+}
