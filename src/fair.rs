@@ -238,10 +238,14 @@ async fn fair_wait(
         ticket.push_str(&target.ttl.millis().to_string());
     }
     let ticket: Arc<str> = ticket.into();
-    let (place, busy) =
-        shared
-            .waits
-            .join_fair(&shared.nodes, &target.key, &target.home, ticket.clone());
+    // The waiter's place in this client's queue (local: the client's other
+    // tasks see it and join behind it). The subscription to the resource's
+    // notices comes only once the waiter must wait, and is confirmed
+    // before it joins (`Waiter::join`; issue 32: an acquire of a free
+    // resource subscribed first, one `SUBSCRIBE` per uncontended cycle).
+    let (place, busy) = shared
+        .waits
+        .join_fair(&target.key, &target.home, ticket.clone());
     let mut waiter = Waiter {
         shared,
         target,
@@ -259,22 +263,27 @@ async fn fair_wait(
     };
     // Dropped mid-wait (cancelled), the waiter takes its ticket out of the
     // queue, so that no release names a ticket nobody holds. Armed before
-    // the first join: cut off while that join is in flight, its `RPUSH`
-    // may land all the same (issue 31: the ticket stayed queued until
-    // a release named it as an orphan or a look skipped it).
+    // the first join is sent: cut off while that join is in flight, its
+    // `RPUSH` may land all the same (issue 31: the ticket stayed queued
+    // until a release named it as an orphan or a look skipped it).
     let mut leave = Leave {
         shared,
         target,
-        ticket: Some(waiter.ticket.clone()),
+        ticket: None,
     };
     // A busy resource (this client's tasks wait for it, or the last
     // release named a waiter): join the queue instead of sending an
     // attempt that would fail on every node.
     let mut next = if busy {
-        match waiter.join(&place).await {
+        match waiter.join(&place, &mut leave).await {
             Some(look) => {
                 waiter.queued = true;
-                waiter.after_look(&look, &place)
+                let next = waiter.after_look(&look, &place);
+                // At the head with the lock free: a release ran before the
+                // join and names nobody; its deletes elsewhere may still
+                // be on their way, so the quick retries apply (below).
+                waiter.named = matches!(next, Next::Attempt);
+                next
             }
             None => Next::HomeLost,
         }
@@ -369,13 +378,27 @@ async fn fair_wait(
                 // keeps its turn.
                 let mut from_look = None;
                 if !waiter.queued {
-                    let Some(look) = waiter.join(&place).await else {
+                    let Some(look) = waiter.join(&place, &mut leave).await else {
                         last = Some(failure);
                         next = Next::HomeLost;
                         continue;
                     };
                     waiter.queued = true;
                     from_look = Some(waiter.after_look(&look, &place));
+                }
+                if matches!(from_look, Some(Next::Attempt)) {
+                    // The join found this ticket at the head and the lock
+                    // free on the home: the holder's release ran there
+                    // between the failed attempt and the join, so no
+                    // release will name this ticket. It attempts now, as
+                    // a named waiter would, with the quick retries if the
+                    // release has not reached the other nodes yet. Before,
+                    // it waited for its fallback pause (10 s in
+                    // `fair::a_waiter_joining_during_the_release_is_still_woken`).
+                    waiter.named = true;
+                    last = Some(failure);
+                    next = Next::Attempt;
+                    continue;
                 }
                 // Never straight back: the attempt just failed, so wait for
                 // a release, the holder's expiry or the fallback pause.
@@ -459,7 +482,16 @@ impl Waiter<'_> {
     /// and then asks for half a TTL more, so that the joins of the
     /// client's next waiters leave it out (a hot lock's joins are one
     /// command, not two).
-    async fn join(&mut self, place: &Place) -> Option<queue::Look> {
+    async fn join(&mut self, place: &Place, leave: &mut Leave<'_>) -> Option<queue::Look> {
+        // Listening before the ticket can be named. A subscription that is
+        // not confirmed within a node timeout (its node slow or down) only
+        // costs a naming, which the timers cover.
+        let node_timeout = self.shared.config.node_timeout;
+        self.shared.waits.listen(&self.shared.nodes, place);
+        place
+            .until_subscribed(later(Instant::now(), node_timeout).min(self.deadline))
+            .await;
+        leave.ticket = Some(self.ticket.clone());
         let now = Instant::now();
         self.joined_at.get_or_insert(now);
         let (life, keep) = self.keep(place, now);

@@ -265,6 +265,10 @@ struct Queue {
     head_since: u64,
     /// Whether some node confirmed the subscription.
     subscribed: bool,
+    /// Whether the subscription was asked for: a fair queue listens only
+    /// once a waiter must wait ([`Waits::listen`]), so an acquire of a free
+    /// resource subscribes to nothing.
+    listening: bool,
     /// Expiry of the keys of the last local waiter that got the lock: the
     /// next head's TTL wake-up.
     holder_until: Option<Instant>,
@@ -392,13 +396,7 @@ impl Waits {
     /// the queue is new (only the home's notices name tickets). Also
     /// says whether the resource is busy: waiters of this client are
     /// queued already, or the home's last notice named a ticket.
-    pub(crate) fn join_fair(
-        &self,
-        nodes: &[Arc<Node>],
-        key: &Arc<str>,
-        home: &Home,
-        ticket: Arc<str>,
-    ) -> (Place, bool) {
+    pub(crate) fn join_fair(&self, key: &Arc<str>, home: &Home, ticket: Arc<str>) -> (Place, bool) {
         let (pushed, busy) = {
             let mut queues = self.shared.lock();
             let busy = queues
@@ -410,7 +408,33 @@ impl Waits {
             }
             (pushed, busy)
         };
-        (self.subscribed(nodes, pushed), busy)
+        (pushed.0, busy)
+    }
+
+    /// Subscribes `place`'s resource, unless asked already: a fair waiter
+    /// that must wait, before it joins the queue (issue 32: an acquire of a
+    /// free resource subscribed first, one `SUBSCRIBE` per uncontended
+    /// cycle, and its `UNSUBSCRIBE` a moment later).
+    pub(crate) fn listen(&self, nodes: &[Arc<Node>], place: &Place) {
+        let fair = {
+            let mut queues = self.shared.lock();
+            match queues.get_mut(&place.key) {
+                Some(queue) if !queue.listening => {
+                    queue.listening = true;
+                    queue.fair
+                }
+                _ => return,
+            }
+        };
+        self.start(nodes);
+        match fair {
+            Some(home) => self
+                .shared
+                .command_to(home, Command::SubscribeFair(place.key.clone())),
+            None => self
+                .shared
+                .command(|| Command::Subscribe(place.key.clone())),
+        }
     }
 
     /// Sets what the client does with an [`Orphan`] (once).
@@ -458,19 +482,8 @@ impl Waits {
 
     /// Subscribes a new queue's channel, starting the subscription tasks
     /// on first use.
-    fn subscribed(&self, nodes: &[Arc<Node>], (place, created): (Place, bool)) -> Place {
-        self.start(nodes);
-        if created {
-            let fair = self.shared.lock().get(&place.key).and_then(|q| q.fair);
-            match fair {
-                Some(home) => self
-                    .shared
-                    .command_to(home, Command::SubscribeFair(place.key.clone())),
-                None => self
-                    .shared
-                    .command(|| Command::Subscribe(place.key.clone())),
-            }
-        }
+    fn subscribed(&self, nodes: &[Arc<Node>], (place, _created): (Place, bool)) -> Place {
+        self.listen(nodes, &place);
         place
     }
 
@@ -646,22 +659,26 @@ impl Shared {
         }
     }
 
-    /// Drops the queues idle for [`LINGER`] and unsubscribes them.
+    /// Drops the queues idle for [`LINGER`] and unsubscribes those that
+    /// were subscribed.
     fn reap(&self, now: Instant) {
         let expired: Vec<Arc<str>> = {
             let mut queues = self.lock();
-            let expired: Vec<Arc<str>> = queues
+            let expired: Vec<(Arc<str>, bool)> = queues
                 .iter()
                 .filter(|(_, q)| {
                     q.idle_since
                         .is_some_and(|t| now.duration_since(t) >= LINGER)
                 })
-                .map(|(k, _)| k.clone())
+                .map(|(k, q)| (k.clone(), q.listening))
                 .collect();
-            for key in &expired {
+            for (key, _) in &expired {
                 queues.remove(key);
             }
             expired
+                .into_iter()
+                .filter_map(|(key, listening)| listening.then_some(key))
+                .collect()
         };
         for key in expired {
             self.command(|| Command::Unsubscribe(key.clone()));
@@ -676,6 +693,14 @@ impl Shared {
         if let Some(queue) = queues.get_mut(key) {
             if !queue.subscribed || reconnected {
                 queue.subscribed = true;
+                if queue.fair.is_some() && reconnected {
+                    // A fair queue's naming is published on our channel
+                    // only: one sent while the connection was down was
+                    // missed. The first waiter looks at the queue now.
+                    // (A first subscription is confirmed before the
+                    // waiter joins: `Place::until_subscribed`.)
+                    queue.look_at = Some(Instant::now());
+                }
                 queue.wake_head();
             }
         }
@@ -997,7 +1022,7 @@ mod tests {
             claim: Some("c".into()),
         };
         let mine = "aaaaaaaa0000000000000001-30000";
-        let (a, _) = waits.join_fair(&[], &key, &home, mine.into());
+        let (a, _) = waits.join_fair(&key, &home, mine.into());
         let since = Instant::now();
         // Named with the home's fence: the waiter takes the vote.
         let shared = &waits.shared;
@@ -1048,9 +1073,9 @@ mod tests {
             claim: Some("c".into()),
         };
         let (granted, left) = ("aaaaaaaa0000000000000001", "aaaaaaaa0000000000000002");
-        let (a, _) = waits.join_fair(&[], &key, &home, granted.into());
-        let (b, _) = waits.join_fair(&[], &key, &home, left.into());
-        let (c, _) = waits.join_fair(&[], &key, &home, "aaaaaaaa0000000000000003".into());
+        let (a, _) = waits.join_fair(&key, &home, granted.into());
+        let (b, _) = waits.join_fair(&key, &home, left.into());
+        let (c, _) = waits.join_fair(&key, &home, "aaaaaaaa0000000000000003".into());
         let since = Instant::now();
         // A pre-granted naming the waiter never took (it got the lock by
         // an attempt of its own meanwhile) is still released.

@@ -62,6 +62,31 @@ impl Place {
         let _ = tokio::time::timeout_at(until.into(), self.notify.notified()).await;
     }
 
+    /// Waits, until `until` at most, for some node to confirm the
+    /// subscription to this waiter's resource; returns whether one did. A
+    /// fair waiter joins the queue only then, so that no naming of its
+    /// ticket is published before its client listens.
+    pub(crate) async fn until_subscribed(&self, until: Instant) -> bool {
+        loop {
+            let subscribed = self
+                .shared
+                .lock()
+                .get(&self.key)
+                .is_some_and(|q| q.subscribed);
+            if subscribed {
+                return true;
+            }
+            let now = Instant::now();
+            if now >= until {
+                return false;
+            }
+            // The confirmation wakes the head; a waiter behind it checks
+            // again a few milliseconds later.
+            self.wait(until.min(now + std::time::Duration::from_millis(5)))
+                .await;
+        }
+    }
+
     /// Whether a release named this waiter's ticket since it last looked
     /// (its turn in the fair queue), with the home's vote when that
     /// release pre-granted it; consumes the naming.
@@ -105,6 +130,9 @@ impl Place {
                 .is_some()
         };
         if widened {
+            if let Some(queue) = self.shared.lock().get_mut(&self.key) {
+                queue.listening = true;
+            }
             self.shared.command(|| Command::Subscribe(self.key.clone()));
         }
     }

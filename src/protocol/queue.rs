@@ -54,22 +54,26 @@ pub(crate) async fn join(
         life.as_bytes(),
         if keep { b"1" } else { b"" },
     ];
-    let keys: [&str; 1] = [&target.home.queue];
-    let Value::Int(len) = bounded(
+    let keys: [&str; 2] = [&target.home.queue, &target.key];
+    let reply = bounded(
         shared,
         node.run_script(&JOIN, &keys, &args, &Settled::NEVER, true, None),
     )
-    .await?
-    else {
+    .await?;
+    let Value::Array(items) = reply else {
         return None;
     };
-    // Alone in the queue: most likely the lock is free (or its holder
-    // will name this ticket); behind others, wait to be named.
+    let [Value::Int(len), pttl] = items.as_slice() else {
+        return None;
+    };
+    // Alone in the queue with the lock free on the home: a release ran
+    // there before this join, and names nobody; the waiter attempts.
+    // Behind others, or the lock held, it waits to be named.
     Some(Look {
-        head: len == 1,
+        head: *len == 1,
         head_ticket: None,
-        held_for: (len == 1).then_some(Duration::ZERO),
-        position: u64::try_from(len).unwrap_or(1),
+        held_for: held_for(pttl)?,
+        position: u64::try_from(*len).unwrap_or(1),
     })
 }
 

@@ -395,10 +395,14 @@ pub(crate) static QUEUE: LazyLock<Script> =
 /// one script. Two commands, as before issue 31, left a key created by
 /// the `RPUSH` without any expiry when the client died (or its connection
 /// broke) before the `PEXPIRE`: a queue key forever. Returns the list's
-/// length.
+/// length and the lock key's `PTTL` (a waiter alone in the queue with the
+/// lock free attempts at once; before issue 32 a list of one was taken
+/// for a free lock, and a waiter whose attempt had just been refused
+/// either attempted in vain or, when the release had in fact run before
+/// its join, waited for its fallback pause).
 ///
-/// KEYS: queue key. ARGV: ticket, queue life ms, "1" to keep the key
-/// alive or "".
+/// KEYS: queue key, lock key. ARGV: ticket, queue life ms, "1" to keep
+/// the key alive or "".
 pub(crate) static JOIN: LazyLock<Script> =
     LazyLock::new(|| Script::new("join", include_str!("lua/join.lua")));
 
@@ -519,6 +523,7 @@ mod tests {
             LEAVE.commands(),
             ["LREM", "GET", "DEL", "LINDEX", "PUBLISH"]
         );
+        assert_eq!(JOIN.commands(), ["RPUSH", "PEXPIRE", "PTTL"]);
         assert_eq!(EXTEND.commands(), ["GET", "PEXPIRE"]);
         assert_eq!(WRITE_BACK.commands(), ["GET", "SET"]);
         assert_eq!(RESEED.commands(), ["GET", "SET"]);

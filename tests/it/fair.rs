@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use redfence::{Client, Retry};
 
-use crate::helpers::{eventually, ms, secs, warm_up};
+use crate::helpers::{calls, eventually, ms, secs, warm_up};
 use crate::support::Cluster;
 
 /// The fair queue's key of `resource` under the default prefix.
@@ -1405,4 +1405,71 @@ async fn clients_outside_a_busy_queue_get_turns() {
     for queue in [queue_p, queue_c, queue_t] {
         assert!(queue >= 5, "the queue itself got {queue} grants");
     }
+}
+
+/// An uncontended cycle pays only for what it uses (issue 32): `acquire`
+/// (the fair queue's default path) of free resources subscribes to
+/// nothing, as `try_acquire` never did. Before, every such acquire sent a
+/// `SUBSCRIBE` to the resource's home (and an `UNSUBSCRIBE` a moment
+/// later): 1.00 per cycle.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_uncontended_acquire_subscribes_to_nothing() {
+    let cluster = Cluster::start(3);
+    let (c, other) = two_fair_clients(&cluster).await;
+    let subscribes = || -> u64 {
+        cluster
+            .nodes
+            .iter()
+            .map(|n| calls(n, "subscribe") + calls(n, "ssubscribe"))
+            .sum()
+    };
+    let before = subscribes();
+    for i in 0..40 {
+        let g = c.acquire(&format!("free-{i}"), secs(5)).await.unwrap();
+        g.release().await;
+    }
+    assert_eq!(
+        subscribes() - before,
+        0,
+        "SUBSCRIBEs for 40 uncontended acquires"
+    );
+    // The control: a contended acquire does subscribe.
+    let held = c.acquire("held", secs(5)).await.unwrap();
+    let waiter = spawn_notice_waiter(other, "held".to_owned());
+    assert!(eventually(secs(10), || queued(&cluster, "held") == 1).await);
+    assert!(
+        subscribes() > before,
+        "a waiting acquire subscribed to nothing"
+    );
+    let (got, _) = release_and_wait(held, waiter, secs(20)).await;
+    got.unwrap().release().await;
+}
+
+/// A waiter whose first attempt fails just before the holder's release:
+/// it subscribes, waits for the confirmation, then joins, so the release
+/// either finds its ticket (and names it) or its join finds the lock free
+/// (and it attempts at once). 40 rounds with the release 0–3 ms after the
+/// waiter starts: every waiter gets the lock well before its 10 s
+/// fallback.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_joining_during_the_release_is_still_woken() {
+    let cluster = Cluster::start(3);
+    let (a, b) = two_fair_clients(&cluster).await;
+    let mut slowest = Duration::ZERO;
+    for round in 0..40 {
+        let resource = format!("racing-{round}");
+        let held = a.acquire(&resource, secs(30)).await.unwrap();
+        let waiter = spawn_notice_waiter(b.clone(), resource.clone());
+        tokio::time::sleep(Duration::from_micros(rand::random_range(0..3_000))).await;
+        let (got, after) = release_and_wait(held, waiter, secs(20)).await;
+        got.unwrap_or_else(|e| panic!("round {round}: {e}"))
+            .release()
+            .await;
+        slowest = slowest.max(after);
+    }
+    println!("a waiter racing the release: the slowest got the lock {slowest:?} after it");
+    assert!(
+        slowest < secs(2),
+        "a waiter got the lock {slowest:?} after the release"
+    );
 }
