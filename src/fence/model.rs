@@ -1,9 +1,11 @@
 //! Exhaustive model check of the fencing-token protocol on N = 2 to 5
 //! nodes and a handful of clients: with fences kept, with fence keys that
 //! expire and are seeded again from a clock, with nodes that restart
-//! without their data and are re-seeded by the restart guard, and with
+//! without their data and are re-seeded by the restart guard, with
 //! bucket-mates: fences are kept per bucket of resources; other
-//! resources of the bucket move the shared fence. Driven by the
+//! resources of the bucket move the shared fence; and with the fair
+//! queue's pre-grant and handover, where leases make mutual exclusion
+//! checkable too. Driven by the
 //! real pure logic: [`merge`](super::merge),
 //! [`Merge::needs_write_back`](super::Merge::needs_write_back) and
 //! [`next_fence`](super::next_fence) from the parent module, `quorum` and
@@ -13,8 +15,10 @@
 //! the shared vocabulary), `reduced.rs` (the model that is explored, with
 //! its reductions), `symmetry.rs` (symmetry classes and their
 //! fingerprints), `search.rs` (exploring and judging), `literal.rs` (the
-//! unreduced model that checks the reductions), `tests.rs`, and
-//! `mate_tests.rs` (bucket-mates).
+//! unreduced model that checks the reductions), `queue.rs` (the fair
+//! queue's pre-grant, its notice and leases in the reduced model),
+//! `tests.rs`, `mate_tests.rs` (bucket-mates) and `queue_tests.rs` (the
+//! fair queue).
 //!
 //! # What is modelled
 //!
@@ -126,6 +130,70 @@
 //!   a holder that handed out long ago, with no write-back in flight) or a
 //!   restart (which loses the key). Bucket-mates' tokens are not judged,
 //!   and may equal ours.
+//! * **The fair queue's pre-grant** (`Config::pregrants` per run; DESIGN.md
+//!   section 2, "Waiting acquire", step 3). A release on the queue's home
+//!   node (`wire/lua/release.lua`, lines 47-60) deletes its holder's key
+//!   and, in the same script, names the waiter at the head: it sets the
+//!   home's lock key for that waiter (`SET NX PX`) and moves the home's
+//!   fence as an acquire would (`INCR`, seeded from the releasing client's
+//!   clock when absent: clocks agree), and publishes a notice carrying the
+//!   new fence. In the model a pre-grant is one atomic step at any node as
+//!   home (a fixed home is one choice of these, and nodes stay
+//!   interchangeable) naming any idle client with an attempt left; that
+//!   client's next attempt begins there (its floor is read then: the
+//!   attempt's first vote, DESIGN.md section 6), the home's key holds its
+//!   value, and the notice is a message home → client that may be delayed
+//!   or lost (the client may give up meanwhile). Releases reach the home
+//!   at any moment (a late one, an orphan's), and the home's key is free
+//!   after a release deletes it or vanishes, so no holder is named. When
+//!   the notice lands the client counts the home's vote without asking it,
+//!   the notice's fence among the grants (`Waiter::pregranted`,
+//!   `attempt_pregranted`, `FanOut::start_credited`), and sends its acquire
+//!   to the other nodes that vote; or it does not count it (its view of
+//!   the home, a long wait, a young subscription) and asks every node that
+//!   votes, the home included, whose key holds its value and grants again
+//!   (`acquire.lua`, lines 2-7). The token is settled as any other:
+//!   merged, written back where the maximum is not held by a quorum (the
+//!   home too, gated on its key). **The restart guard's rule**
+//!   ([`PregrantFrom::VotingHome`], issue 31): only a home that votes in
+//!   fenced requests pre-grants (`Server::run_script_vouched` sends the
+//!   pre-granting form only when the releaser's verdict on that server is
+//!   "votes": past its window, re-seeded); the notice may then be counted
+//!   whenever it lands, also after a later restart of the home (a waiter
+//!   whose connection has not seen that restart yet counts it; the window
+//!   covers it, as it covers any grant read after a restart). The
+//!   library's second half, the waiter counting it only where its own view
+//!   says the home votes (`Server::votes_now`), is then a subset.
+//! * **Leases** (`Config::leases`): the model above lets every key vanish
+//!   at any moment and judges only the tokens. With leases it also checks
+//!   mutual exclusion under Redlock's timing assumptions: a hand-out holds
+//!   the lock (a lease) until a step ends it (its release, or its validity
+//!   running out); the key of an attempt in progress or holding stays (a
+//!   lease ends before its keys expire, and an attempt whose key expired
+//!   cannot hand out any more, which the model reaches by giving up first),
+//!   so an acquire landing on it is refused; other keys vanish at any
+//!   moment as before. Only a restart loses a key that must stay, and the
+//!   restart guard's window then outlasts every lease that counted the
+//!   node (the nodes that granted it), not only the attempts. A pre-grant
+//!   needs the home's key free, so not one that must stay.
+//! * **The handover** (`Config::handover`): the release on the home, when
+//!   it pre-granted and deleted its holder H's key, leaves H's keys on the
+//!   other nodes to the named waiter, whose acquire replaces a key holding
+//!   H's value (matched by the SHA1, `acquire.lua`, lines 2-7) as if it
+//!   were free; anybody else's is refused until the key expires. The
+//!   reduced model needs no transition for it: H's lease is over, so its
+//!   keys may vanish at any moment anyway, and a replacement is that
+//!   vanishing with the waiter's grant right after it, in one step. The
+//!   literal model has it as a transition of its own (keys known by the
+//!   attempt whose value they hold; others refused until an explicit
+//!   expiry) and must reach the same hand-outs, which checks the argument.
+//!   The races of the issue are there: H's key expiring before the
+//!   waiter's acquire (the expiry step; another client may take the node,
+//!   and the waiter is refused there), and H's stale extend, which needs
+//!   no step: `extend.lua` only sets the expiry of a key holding H's value,
+//!   and expiry has no time here (landing after the replacement it finds
+//!   another value and does nothing; before, H's key stays until the
+//!   waiter replaces it or it expires, as without it).
 //!
 //! # What is checked, on every transition
 //!
@@ -140,6 +208,8 @@
 //!   leave out: none on two or three nodes, one on four or five), the
 //!   re-seed from those is enabled and leaves the node voting. Checked with
 //!   the model's own transitions.
+//! * **Mutual exclusion** (with leases): no hand-out while another client
+//!   holds the lock.
 //! * Sanity, so that the above are not vacuous: hand-outs happen, some of
 //!   them after a write-back, and some write-backs lose their key; with
 //!   expiries, fences expire and are seeded again; with restarts, nodes are
@@ -147,7 +217,9 @@
 //!   again, and the liveness check applies in some states; with
 //!   bucket-mates, tokens are handed out after a bucket-mate step, and the
 //!   run reaches hand-outs (who, which token) that the same run without
-//!   bucket-mates does not.
+//!   bucket-mates does not; with pre-grants, hand-outs count a pre-granted
+//!   vote unasked; with leases, leases end; and the literal model's
+//!   acquires take handed-over keys.
 //!
 //! # The negative controls
 //!
@@ -189,6 +261,24 @@
 //!   a live bucket-mate's key): an expired fence, whose next seed would be
 //!   at least the clock, is set below our largest token: a duplicate
 //!   token (16 steps).
+//! * [`PregrantFrom::AnyHome`] (issue 31, the library before its fix): a
+//!   home restarted empty and not re-seeded pre-grants, its absent fence
+//!   seeded from the releaser's clock, and the named waiter counts it.
+//!   While an attempt the home granted before its restart still collects
+//!   votes elsewhere, the waiter is handed the same token (10 steps on
+//!   three nodes); with leases, the two hold the lock at once. No
+//!   decreasing token: the seed is at least every token handed out
+//!   before. [`PregrantFrom::AnyHomeCheckedByWaiter`] (any home
+//!   pre-grants, the waiter counts it only while the home votes) passes:
+//!   with one view of the guard for all clients, a home that does not vote
+//!   cannot vote again while a notice of it is in flight (the window).
+//! * [`Handover::AnyKey`] (leases; the handed-over waiter's acquire
+//!   replaces a key whatever value it holds): it takes a key of a holder
+//!   that still holds, and two clients hold the lock.
+//! * `Config::short_window` (leases; the restart guard's window ends with
+//!   the attempts that counted the node, not their leases: a window
+//!   shorter than another client's TTL): a node restarted empty under a
+//!   lease is re-seeded and votes for a second holder (14 steps).
 //!
 //! # Why these node counts
 //!
@@ -218,6 +308,16 @@
 //! a node down can stand where a source should, bug (a)). Larger N repeat
 //! these relations with larger numbers.
 //!
+//! The pre-grant changes no count: it is the home's acquire run at the
+//! attempt's beginning, by a node that votes, and the notice is its answer.
+//! Mutual exclusion with leases rests on the same intersection: a holder's
+//! keys stay on its q granting nodes until its lease ends, so a second
+//! quorum must meet one of them, unless that node restarted, lost the key
+//! and votes again; the window (at least the TTL, from the restart)
+//! outlasts every lease that counted it, and a node down does not vote.
+//! A pre-grant is a vote like any other there, which is why a home that
+//! does not vote may not cast it.
+//!
 //! # Keeping the state space small
 //!
 //! Every reduction below merges states whose futures are the same as far as
@@ -233,6 +333,9 @@
 //!   same effect as being lost too (see the next point). The holder of a
 //!   key is thus the attempt whose acquire was last granted there, and the
 //!   model never relies on mutual exclusion, only on what the fences give.
+//!   With leases the same holds for the keys that may vanish; a key that
+//!   must stay refuses (its holder's identity is kept while it must), and
+//!   a key holding the attempt's own value (a pre-grant's) grants again.
 //! * **Answers that can only hasten a give-up are not sent**: `Refused`
 //!   (the refusal's move of the fence is modelled), `NotHeld`, and the
 //!   refusals of a node that does not vote (it is sent nothing). Their
@@ -254,8 +357,11 @@
 //!   (under the controls that lower fences, no fence bounds anything while
 //!   a bucket-mate step is left, and no write-back of ours is dropped as
 //!   useless); `high` is forgotten (0) once no bucket-mate step is left.
-//!   Deleting a message whose delivery would change nothing
-//!   is the same as losing it.
+//!   While a pre-grant's notice is in flight, the attempt's bound counts
+//!   the home at the notice's fence (or its own bound + 1, if lower: the
+//!   waiter may ask it) and every other node as if asked. A lease keeps of
+//!   its attempt only the nodes it counts. Deleting a message whose
+//!   delivery would change nothing is the same as losing it.
 //! * **Compact state**: after pruning at most one answer per channel can
 //!   matter and a request channel holds a few messages, so a state is a few
 //!   fixed arrays of small integers (22 bytes per node, 20 more).
@@ -265,7 +371,8 @@
 //!   with their channels and with what each client knows about them,
 //!   clients renamed everywhere (key holders included); `high` and the
 //!   budgets are global, and part of it. A re-seed chooses
-//!   and reads its sources in one step, so no state names a node. The
+//!   and reads its sources in one step, and a pre-grant's home is any
+//!   node, so no state names a node. The
 //!   search continues from the state as reached, so names in a trace stay
 //!   stable.
 //! * **Hash compaction**: the visited set stores 128-bit fingerprints. Two
@@ -279,7 +386,8 @@
 //!   answers the client will ignore: an explicit "vanish" transition,
 //!   refusals (moving the fence or not) and `NotHeld` answers, full attempt
 //!   identities, no symmetry; and the same expiries, restarts, re-seeds,
-//!   late clients and bucket-mates. The reduced model must reach exactly
+//!   late clients, bucket-mates, pre-grants and leases, and the handover
+//!   as a transition of its own. The reduced model must reach exactly
 //!   the same hand-outs (who, which token, which verdicts): checked on
 //!   three nodes for [1, 1] with each write-back variant, with an expiry (clocks agreeing and
 //!   behind), with a restart, and with the re-seed in parallel with the
@@ -287,15 +395,21 @@
 //!   lowering control, and for [2] with two and a restart; on two nodes
 //!   with both and late clients, and for [1, 1] with two bucket-mate steps
 //!   and a restart or an expiry; on four with a restart; and for [2, 1]
-//!   (tens of millions of literal states).
+//!   (tens of millions of literal states). With the fair queue (where a
+//!   verdict includes two holders or not), for [1, 1] with a pre-grant and
+//!   handovers on three nodes, with and without leases and under the
+//!   handover's control, and on two with a restart, with and without
+//!   leases and under issue 31's control (larger: on three with a
+//!   restart).
 //! * Forgetting tokens rests on lower bounds (`Model::bounds`); an audit
 //!   checks on every transition that they never shrink and that every
 //!   hand-out respects them. Runs with and without forgetting and symmetry
 //!   must reach the same hand-outs, also with expiries, restarts, late
-//!   clients, a clock behind and bucket-mates, on two to five nodes.
+//!   clients, a clock behind, bucket-mates, pre-grants and leases, on two
+//!   to five nodes.
 //! * Symmetry must keep the length of the shortest counterexample (also
-//!   with a clock behind, the re-seed in parallel with the window and a
-//!   bucket-mate lowering a fence).
+//!   with a clock behind, the re-seed in parallel with the window, a
+//!   bucket-mate lowering a fence, and the fair queue's three controls).
 //!
 //! # Not modelled
 //!
@@ -316,6 +430,26 @@
 //!   moment), a write-back's token ranges over every value up to `high`
 //!   (more than the tokens they can really hold), and their seeds are the
 //!   lowest the clock allows.
+//! * The fair queue's order, its tickets, looks and timers, and what a
+//!   waiter does between attempts: a release names any idle client, at
+//!   any moment (safety does not depend on who is named). A naming that
+//!   reaches a waiter in the middle of an attempt is used by its next one,
+//!   which began at the naming: a concurrent client here.
+//! * Per-client views of the restart guard: one view for all clients, so
+//!   the releaser's vouching and the waiter's own check (issue 31's two
+//!   halves) agree here; the model lets the waiter count a notice after a
+//!   later restart of the home (a stale view), which covers the real
+//!   rule's outcomes. The pre-grant's validity rule (counted unasked only
+//!   with the lock's minimum validity left since the join) is a give-up
+//!   or a notice not counted.
+//! * The handover's restrictions that serve liveness only (the holder's
+//!   acquire answered everywhere, nobody outside the queue listening, the
+//!   ticket's `h`), and its cleanups (an orphan's, a failed waiter's): the
+//!   model hands over whenever the home's key was a key that may vanish,
+//!   and the cleanups are keys vanishing. Stale extends: see "The
+//!   handover" above.
+//! * Mutual exclusion without leases, and timing beyond them: a lease ends
+//!   at any moment, keys that may vanish do so at any moment.
 //! * More than three clients, three attempts per client, five nodes, or
 //!   tokens above 31; the unordered network with expiries and restarts
 //!   only for [2, 1].
@@ -331,8 +465,9 @@
 //! optimised, see `.ci/run`);
 //! `REDFENCE_MODEL_LARGE=1` adds the largest (and the literal model of
 //! bucket-mates on three nodes) and `REDFENCE_LITERAL_2_1=1`
-//! the literal comparison of [2, 1]. DESIGN.md ("The model check") has the
-//! state counts.
+//! the literal comparison of [2, 1]. The fair queue's tests add about 7 s
+//! of CPU to the first, 45 s to the second and 17 minutes to the largest.
+//! DESIGN.md ("The model check") has the state counts.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -348,6 +483,8 @@ macro_rules! note {
 
 mod literal;
 mod mate_tests;
+mod queue;
+mod queue_tests;
 mod reduced;
 mod search;
 mod symmetry;
@@ -417,17 +554,38 @@ const fn granted_fence(msg: u8) -> Option<u8> {
         None
     }
 }
+/// The notice of a pre-grant, `R_NOTICE | fence`: the release on the home
+/// named the client and moved the home's fence to `fence` for it.
+const R_NOTICE: u8 = 0x20;
+const fn notice_fence(msg: u8) -> Option<u8> {
+    if msg & 0xE0 == R_NOTICE {
+        Some(msg & 0x1F)
+    } else {
+        None
+    }
+}
 
 // Client phases.
 const IDLE: u8 = 0;
 const ACQUIRING: u8 = 1;
 const WRITING_BACK: u8 = 2;
+/// With leases: the attempt handed its token out and holds the lock.
+const HOLDING: u8 = 3;
+
+// What the current attempt owes to a naming (`ClientState::named`).
+/// It counted the home's pre-granted vote without asking the home.
+const NAMED_COUNTED: u8 = 1;
+/// The naming release handed the lock over: its acquires may replace the
+/// released holder's keys.
+const NAMED_HANDOVER: u8 = 2;
 
 // What the current attempt knows about a node (`Link::seen`). Acquiring:
 // 0 nothing yet, or `R_GRANTED | fence`. Writing back: 0 not asked (it did
 // not grant, or the write-back lost its key), or one of these.
 const S_STORED: u8 = 1;
 const S_PENDING: u8 = 2;
+// Holding (leases): 0, or the node counts toward the lease (it granted).
+const S_HELD: u8 = 3;
 
 // A node's standing in fenced votes (`Node::status`).
 /// Votes: it kept its fences, or they were re-seeded and its window is over.
@@ -511,6 +669,41 @@ enum MateWriteBack {
     Ungated,
 }
 
+/// Which home may pre-grant its vote to a named waiter, and when the
+/// waiter counts it without asking the home (see "The fair queue" in the
+/// module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum PregrantFrom {
+    /// The protocol (issue 31): only a home that votes in fenced requests
+    /// (its restart-guard window over, re-seeded) pre-grants: the
+    /// releasing connection vouches for it. The named waiter may count the
+    /// notice whenever it lands, also after a later restart of the home (a
+    /// waiter whose connection has not seen that restart yet counts it; the
+    /// window covers it, as it covers any grant read after a restart).
+    VotingHome,
+    /// Any home pre-grants, but the named waiter counts the notice only
+    /// while the home votes: the waiter's half of the rule alone.
+    AnyHomeCheckedByWaiter,
+    /// Negative control (the library before issue 31's fix): any home
+    /// pre-grants, also one restarted empty and not re-seeded, and the
+    /// named waiter counts the notice.
+    AnyHome,
+}
+
+/// What the named waiter's acquire may replace on the other nodes when
+/// the release that named it handed the lock over.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Handover {
+    /// No handover: releases delete everywhere.
+    Off,
+    /// The protocol: the released holder's key (matched by its value's
+    /// SHA1), as if it were free, and nobody else's. The reduced model
+    /// needs no transition for it (module docs); the literal model has it.
+    ReleasedHolder,
+    /// Negative control: any key, a holder's that still holds too.
+    AnyKey,
+}
+
 impl Reseed {
     const PROTOCOL: Self = Self {
         unseeded_are_sources: false,
@@ -557,6 +750,20 @@ struct Config<'a> {
     /// votes.
     bucket_mates: u8,
     mate_write_back: MateWriteBack,
+    /// Pre-grants a run may contain: releases on a home node that name an
+    /// idle client, set the home's key and move its fence for the client's
+    /// next attempt.
+    pregrants: u8,
+    pregrant_from: PregrantFrom,
+    handover: Handover,
+    /// Leases: a hand-out holds the lock until its lease ends, keys of an
+    /// attempt in progress or holding stay (the timing assumptions), and
+    /// mutual exclusion is checked.
+    leases: bool,
+    /// Negative control (with leases): the restart guard's window ends
+    /// with the attempts that counted the node, not with their leases (a
+    /// window shorter than another client's TTL).
+    short_window: bool,
 }
 
 impl<'a> Config<'a> {
@@ -578,6 +785,29 @@ impl<'a> Config<'a> {
             late_clients: false,
             bucket_mates: 0,
             mate_write_back: MateWriteBack::Max,
+            pregrants: 0,
+            pregrant_from: PregrantFrom::VotingHome,
+            handover: Handover::Off,
+            leases: false,
+            short_window: false,
+        }
+    }
+
+    /// The protocol with `pregrants` pre-grants (handovers among them),
+    /// `expiries` fence expiries and `restarts` restarts.
+    const fn queue(attempts: &'a [u8], pregrants: u8, expiries: u8, restarts: u8) -> Self {
+        Self {
+            pregrants,
+            handover: Handover::ReleasedHolder,
+            ..Self::protocol(attempts, expiries, restarts)
+        }
+    }
+
+    /// The same configuration with leases.
+    const fn leased(self) -> Self {
+        Self {
+            leases: true,
+            ..self
         }
     }
 
@@ -639,6 +869,26 @@ enum Step {
     /// Another resource of the bucket writes back `to` at the node (see
     /// [`MateWriteBack`]).
     MateWriteBack { node: usize, to: u8 },
+    /// A release on the home `node` names the idle `client`: the client's
+    /// next attempt begins here, the home's key is set for it and its fence
+    /// moved, and the notice is sent. `handover`: the release handed the
+    /// lock over (drawn only under [`Handover::AnyKey`]; module docs).
+    Pregrant {
+        node: usize,
+        client: usize,
+        handover: bool,
+    },
+    /// The notice of the client's pre-grant lands. `counted`: the client
+    /// counts the home's vote without asking it; else it asks the home too.
+    /// Either way it then sends its acquire to the other nodes that vote.
+    Notice {
+        client: usize,
+        node: usize,
+        counted: bool,
+    },
+    /// The client's lease ends (leases): it releases, or its validity ran
+    /// out; its keys may vanish from now on.
+    Release(usize),
 }
 
 /// A hand-out, with what the checker judges it by.
@@ -654,6 +904,10 @@ struct HandOut {
     after_reseed: bool,
     /// A bucket-mate moved a fence earlier in the run.
     after_mate: bool,
+    /// The attempt counted a pre-granted vote without asking the home.
+    pregranted: bool,
+    /// Leases: another client holds the lock at this hand-out.
+    overlaps: bool,
 }
 
 impl HandOut {
@@ -676,6 +930,8 @@ struct Effects {
     reseeded: bool,
     /// A bucket-mate step moved a fence.
     mate: bool,
+    pregrant: bool,
+    released: bool,
 }
 
 /// Which property a run broke.
@@ -687,6 +943,8 @@ enum Broken {
     /// its fences and answering (up to q − 2 of them not answering), cannot
     /// complete its re-seed and vote again.
     Liveness,
+    /// Leases: two clients hold the lock at once.
+    Exclusion,
 }
 
 #[derive(Debug)]
@@ -704,6 +962,7 @@ struct Event {
     token: u8,
     not_monotonic: bool,
     duplicate: bool,
+    overlaps: bool,
 }
 
 /// The outcome of one exploration.
@@ -728,6 +987,11 @@ struct Report {
     /// Bucket-mate steps; hand-outs after one.
     mate_steps: u64,
     after_mate: u64,
+    /// Pre-grants; hand-outs that counted one without asking the home;
+    /// leases ended.
+    pregrants: u64,
+    pregranted: u64,
+    releases: u64,
     /// Longest path (depth-first) or counterexample length (breadth-first).
     depth: usize,
     elapsed: Duration,
@@ -735,6 +999,7 @@ struct Report {
     monotonicity: Option<Violation>,
     uniqueness: Option<Violation>,
     liveness: Option<Violation>,
+    exclusion: Option<Violation>,
     /// Every kind of hand-out seen.
     events: BTreeSet<Event>,
 }
@@ -748,17 +1013,21 @@ impl Report {
         self.restarts += u64::from(effects.restarted);
         self.reseeds += u64::from(effects.reseeded);
         self.mate_steps += u64::from(effects.mate);
+        self.pregrants += u64::from(effects.pregrant);
+        self.releases += u64::from(effects.released);
         if let Some(h) = effects.hand_out {
             self.hand_outs += 1;
             self.written_back += u64::from(h.written_back);
             self.after_reseed += u64::from(h.after_reseed);
             self.after_mate += u64::from(h.after_mate);
+            self.pregranted += u64::from(h.pregranted);
             self.events.insert(Event {
                 client: h.client,
                 attempt: h.attempt,
                 token: h.token,
                 not_monotonic: h.not_monotonic(),
                 duplicate: h.duplicate,
+                overlaps: h.overlaps,
             });
         }
     }
@@ -801,6 +1070,25 @@ impl Report {
                 out += ", late clients";
             }
         }
+        if config.pregrants > 0 {
+            out += &format!(
+                ", {} pre-grant{}",
+                config.pregrants,
+                plural(config.pregrants, "", "s")
+            );
+            if config.pregrant_from != PregrantFrom::VotingHome {
+                out += &format!(" ({:?})", config.pregrant_from);
+            }
+        }
+        if config.leases {
+            out += ", leases";
+            if config.handover != Handover::Off {
+                out += &format!(", handover {:?}", config.handover);
+            }
+            if config.short_window {
+                out += ", short window";
+            }
+        }
         if config.bucket_mates > 0 {
             out += &format!(
                 ", {} bucket-mate step{}",
@@ -839,11 +1127,21 @@ impl Report {
                 self.mate_steps, self.after_mate
             );
         }
+        if config.pregrants > 0 {
+            out += &format!(
+                ", {} pre-grants, {} hand-outs counting one unasked",
+                self.pregrants, self.pregranted
+            );
+        }
+        if config.leases {
+            out += &format!(", {} leases ended", self.releases);
+        }
         out += &format!(", {:.2?}", self.elapsed);
         for (broken, label) in [
             (self.monotonicity.is_some(), ", NOT MONOTONIC"),
             (self.uniqueness.is_some(), ", DUPLICATE TOKEN"),
             (self.liveness.is_some(), ", RE-SEED STUCK"),
+            (self.exclusion.is_some(), ", TWO HOLDERS"),
         ] {
             if broken {
                 out += label;

@@ -2,8 +2,11 @@
 //! none of the reductions but dropping answers the client will ignore
 //! (explicit key expiry, refusals, `NotHeld` answers, full attempt
 //! identities, no symmetry), and the same fence expiries, restarts,
-//! re-seeds and bucket-mates. Far larger; it exists to check that the reduced model reaches
-//! exactly the same hand-outs.
+//! re-seeds, bucket-mates, pre-grants and leases; and the handover as a
+//! transition of its own (the named waiter's acquire replaces the released
+//! holder's key, known by its identity, and nobody else's). Far larger; it
+//! exists to check that the reduced model reaches exactly the same
+//! hand-outs.
 
 use std::collections::{BTreeSet, HashSet};
 use std::hash::{DefaultHasher, Hash, Hasher};
@@ -84,7 +87,13 @@ enum LitPhase<const N: usize> {
         token: u8,
         votes: [LitVote; N],
     },
+    /// Leases: handed out, holding the lock; the nodes it counted (the
+    /// restart guard's window outlasts the lease there).
+    Holding([bool; N]),
 }
+
+/// (client, attempt): whose value a key holds.
+type Attempt = (usize, u8);
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 struct LitState<const N: usize> {
@@ -107,6 +116,14 @@ struct LitState<const N: usize> {
     /// The largest fence any node has held, while a bucket-mate step is
     /// left.
     high: u8,
+    pregrants: u8,
+    /// Per client: its current attempt's pre-grant notice in flight, (home,
+    /// fence).
+    notices: [Option<(usize, u8)>; C],
+    /// Per client: its current attempt was handed the lock over by the
+    /// release of the inner attempt (`None` inside: the key was free, under
+    /// [`Handover::AnyKey`] only), whose keys it may replace.
+    handed_over: [Option<Option<Attempt>>; C],
 }
 
 impl<const N: usize> LitState<N> {
@@ -127,8 +144,31 @@ impl<const N: usize> LitState<N> {
                         |a| matches!(a, LitAnswer::Granted { attempt, .. } if *attempt == current),
                     ),
                 LitPhase::WritingBack { votes, .. } => votes[i] != LitVote::No,
+                LitPhase::Holding(counted) => counted[i],
+            })
+            || self
+                .notices
+                .iter()
+                .any(|notice| matches!(notice, Some((home, _)) if *home == i))
+    }
+
+    /// With leases, whether the key of `holder` must stay: its attempt is
+    /// in progress or holding (as `Model::protected`).
+    fn protected(&self, leases: bool, holder: Option<Attempt>) -> bool {
+        leases
+            && holder.is_some_and(|(c, a)| {
+                let (current, phase, _) = self.clients[c];
+                current == a && phase != LitPhase::Idle
             })
     }
+}
+
+/// What a literal run found.
+pub(super) struct Literal {
+    pub(super) events: BTreeSet<Event>,
+    pub(super) states: usize,
+    /// Acquires that replaced a released holder's key by a handover.
+    pub(super) handovers: u64,
 }
 
 /// The seed client `c` puts into an absent fence.
@@ -141,9 +181,11 @@ fn lit_seed<const N: usize>(config: &Config<'_>, s: &LitState<N>, c: usize) -> u
 
 /// Every reachable state of the literal model (FIFO channels with loss);
 /// returns the hand-outs seen and the state count. Takes the variant,
-/// attempts, clock, budgets and re-seed rule from `config`.
-pub(super) fn literal<const N: usize>(config: &Config<'_>) -> (BTreeSet<Event>, usize) {
+/// attempts, clock, budgets and rules from `config`.
+pub(super) fn literal<const N: usize>(config: &Config<'_>) -> Literal {
     let (variant, attempts) = (config.variant, config.attempts);
+    let leases = config.leases;
+    let mut handovers = 0;
     let q = quorum(N);
     let max_down = match config.max_down {
         0 => (N - q).max(1),
@@ -166,6 +208,9 @@ pub(super) fn literal<const N: usize>(config: &Config<'_>) -> (BTreeSet<Event>, 
         restarts: config.restarts,
         mates: config.bucket_mates,
         high: 0,
+        pregrants: config.pregrants,
+        notices: [None; C],
+        handed_over: [None; C],
     };
     let mut events = BTreeSet::new();
     // Fingerprints, not states: [2, 1] has millions of states of about
@@ -201,7 +246,9 @@ pub(super) fn literal<const N: usize>(config: &Config<'_>) -> (BTreeSet<Event>, 
             }
         }
         for i in 0..N {
-            if s.holder[i].is_some() {
+            // A key vanishes (expiry, a release, a clock jump); with leases
+            // only a key that may.
+            if s.holder[i].is_some() && !s.protected(leases, s.holder[i]) {
                 let mut t = s;
                 t.holder[i] = None;
                 next.push(t);
@@ -212,8 +259,26 @@ pub(super) fn literal<const N: usize>(config: &Config<'_>) -> (BTreeSet<Event>, 
                     let msg = t.requests[c][i].take(k);
                     let seed = lit_seed(config, &t, c);
                     let moved = |f: Option<u8>| fence_u8(next_fence(u64::from(f.unwrap_or(seed))));
+                    // A key holding the attempt's own value (a pre-grant's)
+                    // grants again (`SET XX`); a handed-over attempt replaces
+                    // the released holder's key (`SET XX` after matching its
+                    // value's SHA1), or any key under the control.
+                    let grants = |attempt: u8| {
+                        let holder = t.holder[i];
+                        let current = attempt == t.clients[c].0;
+                        let handover = current
+                            && match (config.handover, t.handed_over[c]) {
+                                (Handover::AnyKey, Some(_)) => true,
+                                (_, Some(Some(released))) => holder == Some(released),
+                                _ => false,
+                            };
+                        holder.is_none() || holder == Some((c, attempt)) || handover
+                    };
                     let answer = match msg {
-                        Some(LitRequest::Acquire { attempt }) if t.holder[i].is_none() => {
+                        Some(LitRequest::Acquire { attempt }) if grants(attempt) => {
+                            if t.holder[i].is_some_and(|h| h != (c, attempt)) {
+                                handovers += 1;
+                            }
                             t.holder[i] = Some((c, attempt));
                             t.fence[i] = Some(moved(t.fence[i]));
                             LitAnswer::Granted {
@@ -249,13 +314,18 @@ pub(super) fn literal<const N: usize>(config: &Config<'_>) -> (BTreeSet<Event>, 
                     let Some(answer) = t.answers[c][i].take(k) else {
                         unreachable!("k < len")
                     };
-                    if let Some(event) = lit_answer(variant, &mut t, c, i, answer) {
+                    if let Some(event) = lit_answer(config, &mut t, c, i, answer) {
                         events.insert(event);
                     }
                     next.push(t);
                 }
             }
-            if s.expiries > 0 && s.status[i] == UP && s.fence[i].is_some() && !s.touched(i) {
+            if s.expiries > 0
+                && s.status[i] == UP
+                && s.fence[i].is_some()
+                && !s.touched(i)
+                && !s.protected(leases, s.holder[i])
+            {
                 let mut t = s;
                 t.fence[i] = None;
                 t.expiries -= 1;
@@ -283,8 +353,10 @@ pub(super) fn literal<const N: usize>(config: &Config<'_>) -> (BTreeSet<Event>, 
                         | LitAnswer::WriteBackOk { attempt }
                         | LitAnswer::NotHeld { attempt } => attempt == current,
                     });
+                    // A pre-grant whose notice is in flight sent nothing yet.
+                    let sent = t.notices[c].is_none();
                     match &mut t.clients[c].1 {
-                        LitPhase::Acquiring(got) if got[i].is_none() && !answered => {
+                        LitPhase::Acquiring(got) if got[i].is_none() && !answered && sent => {
                             got[i] = Some(None);
                         }
                         LitPhase::WritingBack { votes, .. }
@@ -340,15 +412,18 @@ pub(super) fn literal<const N: usize>(config: &Config<'_>) -> (BTreeSet<Event>, 
                         .collect();
                     let max = read.iter().flatten().max().copied();
                     let lacks = read.iter().any(Option::is_none);
-                    t.fence[i] = match max {
+                    let copy = match max {
                         Some(m) if lacks && rule.clock_floor => Some(m.max(s.max_handed())),
                         other => other,
                     };
+                    // Raise-only (`reseed.lua`).
+                    t.fence[i] = t.fence[i].max(copy);
                     t.status[i] = WAITING;
                     next.push(t);
                 }
             }
         }
+        lit_queue(config, &s, &mut next);
         for mut t in next {
             lit_forget_ignored(&mut t);
             // `high` is read only while a bucket-mate step is left.
@@ -367,7 +442,85 @@ pub(super) fn literal<const N: usize>(config: &Config<'_>) -> (BTreeSet<Event>, 
             }
         }
     }
-    (events, seen.len())
+    Literal {
+        events,
+        states: seen.len(),
+        handovers,
+    }
+}
+
+/// The fair queue's transitions from `s`: pre-grants (a release on a home
+/// names an idle client; with a handover when the key there was a released
+/// holder's), and notices landing, counted without asking the home or not.
+fn lit_queue<const N: usize>(config: &Config<'_>, s: &LitState<N>, next: &mut Vec<LitState<N>>) {
+    if s.pregrants > 0 {
+        for (c, &budget) in config.attempts.iter().enumerate() {
+            let (attempt, phase, _) = s.clients[c];
+            if phase != LitPhase::Idle || attempt >= budget {
+                continue;
+            }
+            for h in 0..N {
+                let votes = s.status[h] == UP;
+                if !votes && config.pregrant_from == PregrantFrom::VotingHome {
+                    continue;
+                }
+                // The release deletes its holder's key; `SET NX` then
+                // finds the key free, unless it must stay.
+                if s.protected(config.leases, s.holder[h]) {
+                    continue;
+                }
+                let mut handovers = vec![None];
+                match config.handover {
+                    Handover::Off => {}
+                    Handover::ReleasedHolder if s.holder[h].is_none() => {}
+                    _ => handovers.push(Some(s.holder[h])),
+                }
+                for handed in handovers {
+                    let mut t = *s;
+                    let seed = t.max_handed();
+                    let fence = fence_u8(next_fence(u64::from(t.fence[h].unwrap_or(seed))));
+                    t.fence[h] = Some(fence);
+                    t.holder[h] = Some((c, attempt + 1));
+                    t.clients[c] = (attempt + 1, LitPhase::Acquiring([None; N]), t.max_handed());
+                    t.notices[c] = Some((h, fence));
+                    t.handed_over[c] = handed;
+                    t.pregrants -= 1;
+                    next.push(t);
+                }
+            }
+        }
+    }
+    for c in 0..config.attempts.len() {
+        let Some((h, fence)) = s.notices[c] else {
+            continue;
+        };
+        let (attempt, _, _) = s.clients[c];
+        let counts = match config.pregrant_from {
+            PregrantFrom::AnyHomeCheckedByWaiter => s.status[h] == UP,
+            _ => true,
+        };
+        for counted in [true, false] {
+            if counted && !counts {
+                continue;
+            }
+            let mut t = *s;
+            t.notices[c] = None;
+            let mut got = [None; N];
+            for (j, g) in got.iter_mut().enumerate() {
+                if counted && j == h {
+                    *g = Some(Some(fence));
+                } else if t.status[j] == UP {
+                    t.requests[c][j].push(LitRequest::Acquire { attempt });
+                } else {
+                    // Refused locally: the node does not vote.
+                    *g = Some(None);
+                }
+            }
+            t.clients[c].1 = LitPhase::Acquiring(got);
+            lit_decide(&mut t, c);
+            next.push(t);
+        }
+    }
 }
 
 /// 128 bits of SipHash: two hashes of the state under different prefixes.
@@ -384,9 +537,14 @@ fn lit_fingerprint<const N: usize>(s: &LitState<N>) -> u128 {
 /// Drops the answers their client will ignore: of an earlier attempt, or
 /// of a phase it has left, or for a node it already heard from. (Delivering
 /// and ignoring them changes nothing, so this is the one reduction the
-/// literal model makes: without it, [1, 1] alone has 628,159 states.)
+/// literal model makes: without it, [1, 1] alone has 628,159 states.) Also
+/// the notice and the handover of an attempt that is over.
 fn lit_forget_ignored<const N: usize>(s: &mut LitState<N>) {
     for (c, &(current, phase, _)) in s.clients.iter().enumerate() {
+        if phase == LitPhase::Idle {
+            s.notices[c] = None;
+            s.handed_over[c] = None;
+        }
         for (i, q) in s.answers[c].iter_mut().enumerate() {
             q.retain(|a| match (phase, *a) {
                 (
@@ -418,7 +576,7 @@ fn lit_decide<const N: usize>(s: &mut LitState<N>, c: usize) {
                 tally.record(*v == LitVote::Yes);
             }
         }
-        LitPhase::Idle => return,
+        LitPhase::Idle | LitPhase::Holding(_) => return,
     }
     if tally.decision() == Decision::Impossible {
         s.clients[c].1 = LitPhase::Idle;
@@ -428,7 +586,7 @@ fn lit_decide<const N: usize>(s: &mut LitState<N>, c: usize) {
 /// The client's handling of one answer, as `Client::attempt` and
 /// `settle_token` do it. Returns the hand-out, if it makes one.
 fn lit_answer<const N: usize>(
-    variant: Variant,
+    config: &Config<'_>,
     s: &mut LitState<N>,
     c: usize,
     i: usize,
@@ -465,7 +623,7 @@ fn lit_answer<const N: usize>(
                 .collect();
             let m = merge(&fences)?;
             let token = fence_u8(m.token);
-            if variant != Variant::Naive && m.needs_write_back(quorum(N)) {
+            if config.variant != Variant::Naive && m.needs_write_back(quorum(N)) {
                 let mut votes = [LitVote::No; N];
                 for j in 0..N {
                     match got[j] {
@@ -520,8 +678,26 @@ fn lit_answer<const N: usize>(
         token,
         not_monotonic: token <= floor,
         duplicate: s.handed & (1 << token) != 0,
+        overlaps: config.leases
+            && (0..C).any(|o| o != c && matches!(s.clients[o].1, LitPhase::Holding(_))),
     };
     s.handed |= 1 << token;
-    s.clients[c].1 = LitPhase::Idle;
+    s.clients[c].1 = if config.leases {
+        // The nodes that granted, counted for the restart guard's window
+        // until the lease ends (none under the short-window control).
+        let mut counted = [false; N];
+        if !config.short_window {
+            for (j, k) in counted.iter_mut().enumerate() {
+                *k = match s.clients[c].1 {
+                    LitPhase::Acquiring(got) => matches!(got[j], Some(Some(_))),
+                    LitPhase::WritingBack { votes, .. } => votes[j] != LitVote::No,
+                    _ => false,
+                };
+            }
+        }
+        LitPhase::Holding(counted)
+    } else {
+        LitPhase::Idle
+    };
     Some(event)
 }

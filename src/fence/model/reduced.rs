@@ -42,6 +42,9 @@ pub(super) struct ClientState {
     pub(super) floor: u8,
     /// The token being written back.
     pub(super) token: u8,
+    /// What the current attempt owes to a naming: `NAMED_COUNTED`,
+    /// `NAMED_HANDOVER` (bits).
+    pub(super) named: u8,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -55,6 +58,7 @@ pub(super) struct State<const N: usize> {
     pub(super) expiries: u8,
     pub(super) restarts: u8,
     pub(super) bucket_mates: u8,
+    pub(super) pregrants: u8,
     /// The largest fence any node has held (monotone, unlike the largest
     /// fence now: restarts and expiries lose fences), which bounds what a
     /// bucket-mate can write back; 0 once no bucket-mate step is left.
@@ -73,6 +77,7 @@ impl<const N: usize> State<N> {
             expiries: config.expiries,
             restarts: config.restarts,
             bucket_mates: config.bucket_mates,
+            pregrants: config.pregrants,
             high: 0,
         }
     }
@@ -83,11 +88,13 @@ impl<const N: usize> State<N> {
     }
 
     /// Whether an attempt in progress counts node `i` toward its quorum:
-    /// it was granted there (and the answer landed or is in flight), or its
-    /// write-back there succeeded or is awaited. Such an attempt refreshed
-    /// the node's fence within its lock TTL, so the fence cannot expire
-    /// before the attempt is over; and a restart-guard window (at least
-    /// the TTL) that began with a restart of the node outlasts it.
+    /// it was granted there (and the answer landed or is in flight, a
+    /// pre-grant's notice too), or its write-back there succeeded or is
+    /// awaited; with leases, also a lease that counted the node. Such an
+    /// attempt refreshed the node's fence within its lock TTL, so the fence
+    /// cannot expire before the attempt is over; and a restart-guard window
+    /// (at least the TTL) that began with a restart of the node outlasts
+    /// it, and its lease.
     pub(super) fn touched(&self, i: usize) -> bool {
         self.clients
             .iter()
@@ -125,6 +132,10 @@ impl<'a, const N: usize> Model<'a, N> {
         assert!(
             !(config.clock_matters() && config.variant == Variant::NoOwnerCheck),
             "write-backs that land anywhere could lower an absent fence's bound"
+        );
+        assert!(
+            !config.leases || config.variant == Variant::WriteBack,
+            "leases need the holders' identities, which the write-back variants forget"
         );
         let quorum = quorum(N);
         let max_down = match config.max_down {
@@ -193,6 +204,7 @@ impl<'a, const N: usize> Model<'a, N> {
             match s.clients[c].phase {
                 IDLE if s.clients[c].attempt < self.budget(c) => out.push(Step::Start(c)),
                 IDLE => {}
+                HOLDING => out.push(Step::Release(c)),
                 _ => out.push(Step::GiveUp(c)),
             }
         }
@@ -205,21 +217,32 @@ impl<'a, const N: usize> Model<'a, N> {
                         index,
                         refused,
                     };
-                    out.push(step(false));
+                    // With leases, a key that must stay refuses.
+                    if self.may_grant(s, c, n, msg) {
+                        out.push(step(false));
+                    }
                     // A refusal needs a key there, and differs from a grant
-                    // unless both leave an anonymous holder.
-                    if node.holder != FREE && (msg == ACQ_LIVE || node.holder != ANON) {
+                    // unless both leave an anonymous holder. A key holding
+                    // the attempt's own value (a pre-grant's) grants again.
+                    let own = msg == ACQ_LIVE && node.holder == live(c, s.clients[c].attempt);
+                    if node.holder != FREE && (msg == ACQ_LIVE || node.holder != ANON) && !own {
                         out.push(step(true));
                     }
                 }
-                if link.reply != 0 {
+                if notice_fence(link.reply).is_some() {
+                    self.notice_steps(s, c, n, out);
+                } else if link.reply != 0 {
                     out.push(Step::Reply { client: c, node: n });
                 }
             }
         }
         if s.expiries > 0 {
             for (n, node) in s.nodes.iter().enumerate() {
-                if node.status == UP && node.fence.is_some() && !s.touched(n) {
+                if node.status == UP
+                    && node.fence.is_some()
+                    && !s.touched(n)
+                    && !self.protected(s, node.holder)
+                {
                     out.push(Step::Expire(n));
                 }
             }
@@ -257,6 +280,7 @@ impl<'a, const N: usize> Model<'a, N> {
                 }
             }
         }
+        self.pregrant_steps(s, out);
     }
 
     /// The seed an acquire of client `c` puts into an absent fence.
@@ -390,8 +414,14 @@ impl<'a, const N: usize> Model<'a, N> {
                     Some(v) => note!(log, ": fence {v}"),
                     None => note!(log, ": no fence"),
                 }
-                assert_eq!(n.nodes[r].fence, None, "a node down kept a fence");
-                n.nodes[r].fence = value;
+                assert!(
+                    n.nodes[r].fence.is_none()
+                        || self.config.pregrant_from != PregrantFrom::VotingHome,
+                    "a node down kept a fence"
+                );
+                // Raise-only (`reseed.lua`): a fence the node holds (a
+                // pre-grant's, under the controls) is kept if larger.
+                n.nodes[r].fence = n.nodes[r].fence.max(value);
                 n.nodes[r].status = if n.touched(r) { WAITING } else { UP };
                 if n.nodes[r].status == WAITING {
                     note!(log, ", votes once its window is over");
@@ -440,6 +470,28 @@ impl<'a, const N: usize> Model<'a, N> {
                 );
                 n.bucket_mates -= 1;
                 effects.mate = true;
+            }
+            Step::Pregrant {
+                node: h,
+                client: c,
+                handover,
+            } => {
+                effects.seeded = self.pregrant(&mut n, h, c, handover, reborrow(&mut log));
+                effects.pregrant = true;
+            }
+            Step::Notice {
+                client: c,
+                node: h,
+                counted,
+            } => self.notice(&mut n, c, h, counted, reborrow(&mut log)),
+            Step::Release(c) => {
+                n.clients[c].phase = IDLE;
+                note!(
+                    log,
+                    "{}'s lease ends (released, or its validity ran out)",
+                    who(c, s.clients[c].attempt)
+                );
+                effects.released = true;
             }
         }
         effects.lost_write_backs += self.prune(&mut n);
@@ -522,11 +574,22 @@ impl<'a, const N: usize> Model<'a, N> {
             if refused {
                 note!(log, "refused, fence {fence}");
             } else {
-                if let Some((h, a)) = live_parts(node.holder) {
-                    note!(log, "key of {} vanished; ", who(h, a));
+                let own = is_live && node.holder == live(c, attempt);
+                match live_parts(node.holder) {
+                    _ if own => note!(log, "its own key (pre-granted) again; "),
+                    Some((h, a))
+                        if self.config.leases && s.clients[c].named & NAMED_HANDOVER != 0 =>
+                    {
+                        note!(log, "key of {} replaced (handover); ", who(h, a))
+                    }
+                    Some((h, a)) => note!(log, "key of {} vanished; ", who(h, a)),
+                    None => {}
                 }
                 node.holder = if is_live { live(c, attempt) } else { ANON };
-                if is_live {
+                // With leases an acquire of the current attempt stays live
+                // past its phase (its key must stay): only the acquiring
+                // phase awaits the answer.
+                if is_live && s.clients[c].phase == ACQUIRING {
                     reply = R_GRANTED | fence;
                 }
                 note!(log, "granted, fence {fence}");
@@ -648,9 +711,15 @@ impl<'a, const N: usize> Model<'a, N> {
             after_reseed: s.restarts < self.config.restarts
                 && s.nodes.iter().all(|n| n.status == UP),
             after_mate: s.bucket_mates < self.config.bucket_mates,
+            pregranted: s.clients[c].named & NAMED_COUNTED != 0,
+            overlaps: self.config.leases && (0..C).any(|o| o != c && s.clients[o].phase == HOLDING),
         };
         s.handed |= 1 << token;
-        s.clients[c].phase = IDLE;
+        if self.config.leases {
+            self.hold(s, c);
+        } else {
+            s.clients[c].phase = IDLE;
+        }
         h
     }
 
@@ -728,7 +797,10 @@ impl<'a, const N: usize> Model<'a, N> {
             for (c, cl) in clients.iter().enumerate() {
                 let link = &mut node.links[c];
                 let awaited = match cl.phase {
-                    ACQUIRING => granted_fence(link.reply).is_some() && link.seen == 0,
+                    ACQUIRING => {
+                        (granted_fence(link.reply).is_some() || notice_fence(link.reply).is_some())
+                            && link.seen == 0
+                    }
                     WRITING_BACK => link.reply == R_WB_OK && link.seen == S_PENDING,
                     _ => false,
                 };
@@ -739,8 +811,13 @@ impl<'a, const N: usize> Model<'a, N> {
                     link.seen = 0;
                 }
                 let pending = cl.phase == WRITING_BACK && link.seen == S_PENDING;
+                // With leases, the current attempt's acquires stay its own
+                // while it is in progress or holds: the keys they set must
+                // stay.
+                let live_acquire =
+                    cl.phase == ACQUIRING || (self.config.leases && cl.phase != IDLE);
                 for m in &mut link.req {
-                    if *m == ACQ_LIVE && cl.phase != ACQUIRING {
+                    if *m == ACQ_LIVE && !live_acquire {
                         *m = ACQ_ANON;
                     }
                 }
@@ -764,7 +841,10 @@ impl<'a, const N: usize> Model<'a, N> {
                     .iter()
                     .any(|&m| write_back_parts(m).is_some_and(|(w, _)| w == a));
                 let may_send = cl.attempt == a && cl.phase == ACQUIRING;
-                if !checks_owner || !(in_flight || may_send) {
+                // With leases, also the key of an attempt in progress or
+                // holding: it must stay.
+                let stays = self.config.leases && cl.attempt == a && cl.phase != IDLE;
+                if !checks_owner || !(in_flight || may_send || stays) {
                     node.holder = ANON;
                 }
             }
@@ -857,13 +937,22 @@ impl<'a, const N: usize> Model<'a, N> {
     /// out: the quorum-th smallest of what each node can still contribute
     /// (a grant seen or in flight, or at least its lower bound + 1 while
     /// the acquire is in flight). `UNBOUNDED` when a quorum is out of reach.
+    /// While a pre-grant's notice is in flight, the home can contribute its
+    /// notice's fence or, asked, more than its lower bound, and every other
+    /// node, asked once the notice lands, more than its lower bound.
     pub(super) fn acquire_bound(&self, s: &State<N>, c: usize) -> u8 {
         let mut values = [UNBOUNDED; N];
+        let notice = s
+            .nodes
+            .iter()
+            .any(|node| notice_fence(node.links[c].reply).is_some());
         for (i, (v, node)) in values.iter_mut().zip(&s.nodes).enumerate() {
             let link = &node.links[c];
             if let Some(f) = granted_fence(link.seen).or(granted_fence(link.reply)) {
                 *v = f;
-            } else if link.req.contains(&ACQ_LIVE) {
+            } else if let Some(f) = notice_fence(link.reply) {
+                *v = f.min(self.lower(s, i) + 1);
+            } else if notice || link.req.contains(&ACQ_LIVE) {
                 *v = self.lower(s, i) + 1;
             }
         }
@@ -901,7 +990,7 @@ fn reborrow<'b>(log: &'b mut Option<&mut String>) -> Option<&'b mut String> {
 }
 
 /// Appends `msg` to a channel.
-fn push(req: &mut [u8; QCAP], msg: u8) {
+pub(super) fn push(req: &mut [u8; QCAP], msg: u8) {
     let Some(slot) = req.iter_mut().find(|m| **m == 0) else {
         panic!("a channel holds more than {QCAP} messages that matter: raise QCAP");
     };

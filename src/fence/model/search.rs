@@ -39,9 +39,11 @@ impl<const N: usize> Model<'_, N> {
         for (broken, yes) in [
             (Broken::Monotonicity, h.not_monotonic()),
             (Broken::Uniqueness, h.duplicate),
+            (Broken::Exclusion, h.overlaps),
         ] {
             let slot = match broken {
                 Broken::Monotonicity => &mut report.monotonicity,
+                Broken::Exclusion => &mut report.exclusion,
                 _ => &mut report.uniqueness,
             };
             if yes && slot.is_none() {
@@ -189,6 +191,7 @@ impl<const N: usize> Model<'_, N> {
                         None => true,
                         Some(Broken::Monotonicity) => h.not_monotonic(),
                         Some(Broken::Uniqueness) => h.duplicate,
+                        Some(Broken::Exclusion) => h.overlaps,
                         Some(Broken::Liveness) => false,
                     };
                     if self.judge(&mut report, h, path) && sought {
@@ -259,23 +262,38 @@ impl<const N: usize> Model<'_, N> {
 pub(super) fn check<const N: usize>(config: Config<'_>) -> Report {
     let report = Model::<N>::new(config).run();
     eprintln!("{}", report.summary(&config, N));
-    for v in [&report.monotonicity, &report.uniqueness, &report.liveness]
-        .into_iter()
-        .flatten()
+    for v in [
+        &report.monotonicity,
+        &report.uniqueness,
+        &report.liveness,
+        &report.exclusion,
+    ]
+    .into_iter()
+    .flatten()
     {
         eprintln!(
             "  counterexample ({:?}), {} steps (keys vanish lazily: an acquire that \
-             lands is granted, whatever key was there having vanished):",
+             lands is granted, whatever key was there having vanished{}):",
             v.broken,
-            v.trace.len()
+            v.trace.len(),
+            if config.leases {
+                "; with leases, only a key whose attempt is over"
+            } else {
+                ""
+            }
         );
         for (k, line) in v.trace.iter().enumerate() {
             eprintln!("  {:>3}. {line}", k + 1);
         }
     }
-    let violated = [&report.monotonicity, &report.uniqueness, &report.liveness]
-        .iter()
-        .any(|v| v.is_some());
+    let violated = [
+        &report.monotonicity,
+        &report.uniqueness,
+        &report.liveness,
+        &report.exclusion,
+    ]
+    .iter()
+    .any(|v| v.is_some());
     assert!(
         report.hand_outs > 0 || violated,
         "no hand-out is reachable: the model is vacuous"

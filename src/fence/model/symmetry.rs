@@ -84,15 +84,17 @@ fn hash_state<const N: usize>(s: &State<N>) -> u128 {
     }
     let client = |c: &ClientState| {
         u64::from(c.attempt) << 24
-            | u64::from(c.phase) << 16
+            | u64::from(c.phase | c.named << 4) << 16
             | u64::from(c.floor) << 8
             | u64::from(c.token)
     };
     absorb(client(&s.clients[0]) << 32 | client(&s.clients[1]));
     absorb(client(&s.clients[2]) << 32 | u64::from(s.handed));
-    if s.expiries != 0 || s.restarts != 0 || s.bucket_mates != 0 || s.high != 0 {
+    if s.expiries != 0 || s.restarts != 0 || s.bucket_mates != 0 || s.high != 0 || s.pregrants != 0
+    {
         absorb(
-            u64::from(s.high) << 24
+            u64::from(s.pregrants) << 32
+                | u64::from(s.high) << 24
                 | u64::from(s.bucket_mates) << 16
                 | u64::from(s.expiries) << 8
                 | u64::from(s.restarts),
@@ -101,9 +103,17 @@ fn hash_state<const N: usize>(s: &State<N>) -> u128 {
     (u128::from(a) << 64) | u128::from(b)
 }
 
-// Packing four request bytes, three clients, 32 handed bits, 6-bit fences
-// and 8-bit holders (at most `live(C - 1, MAX_ATTEMPTS)`) as above.
-const _: () = assert!(QCAP == 4 && C == 3 && MAX_FENCE < 0x3F);
+// Packing four request bytes, three clients, 32 handed bits, 6-bit fences,
+// 8-bit holders (at most `live(C - 1, MAX_ATTEMPTS)`), and a phase and the
+// naming bits in one byte, as above.
+const _: () = assert!(
+    QCAP == 4
+        && C == 3
+        && MAX_FENCE < 0x3F
+        && HOLDING < 0x10
+        && NAMED_COUNTED < 0x10
+        && NAMED_HANDOVER < 0x10
+);
 
 fn mix(mut x: u64, k1: u64, k2: u64) -> u64 {
     x ^= x >> 30;

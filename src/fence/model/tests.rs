@@ -5,7 +5,7 @@
 
 use std::time::Instant;
 
-use super::literal::literal;
+use super::literal::{literal, Literal};
 use super::search::check;
 use super::*;
 
@@ -20,14 +20,19 @@ pub(super) fn assert_safe<const N: usize>(config: Config<'_>) -> Report {
     assert!(r.monotonicity.is_none(), "strict monotonicity violated");
     assert!(r.uniqueness.is_none(), "a token was handed out twice");
     assert!(r.liveness.is_none(), "a re-seed could not complete");
+    assert!(r.exclusion.is_none(), "two clients held the lock at once");
     assert!(
         r.written_back > 0,
         "no hand-out after a write-back: that path went unchecked"
     );
-    assert!(
-        r.lost_write_backs > 0,
-        "no write-back lost its key: the ownership check went unchecked"
-    );
+    // With leases a key stays while its attempt is in progress: only a
+    // restart loses it.
+    if !config.leases || config.restarts > 0 {
+        assert!(
+            r.lost_write_backs > 0,
+            "no write-back lost its key: the ownership check went unchecked"
+        );
+    }
     if config.expiries > 0 {
         assert!(
             r.expiries > 0 && r.seeded > 0,
@@ -49,6 +54,15 @@ pub(super) fn assert_safe<const N: usize>(config: Config<'_>) -> Report {
             r.mate_steps > 0 && r.after_mate > 0,
             "no hand-out after a bucket-mate moved a fence"
         );
+    }
+    if config.pregrants > 0 {
+        assert!(
+            r.pregrants > 0 && r.pregranted > 0,
+            "no hand-out counted a pre-granted vote unasked"
+        );
+    }
+    if config.leases {
+        assert!(r.releases > 0, "no lease ended");
     }
     r
 }
@@ -623,12 +637,28 @@ fn up_to_renaming(events: &BTreeSet<Event>, config: &Config<'_>) -> BTreeSet<Eve
 
 /// The reductions lose no behaviour: the reduced and the literal model
 /// reach exactly the same hand-outs (who, which token, which verdicts).
-pub(super) fn assert_same_hand_outs<const N: usize>(config: Config<'_>) {
+/// Returns the literal run.
+pub(super) fn assert_same_hand_outs<const N: usize>(config: Config<'_>) -> Literal {
     let started = Instant::now();
-    let (literal_events, literal_states) = literal::<N>(&config);
+    let lit = literal::<N>(&config);
+    let (literal_events, literal_states) = (&lit.events, lit.states);
+    let mut queue = String::new();
+    if config.pregrants > 0 {
+        queue = format!(
+            ", {} pre-grants ({:?}), handover {:?}{}, {} acquires took a handed-over key",
+            config.pregrants,
+            config.pregrant_from,
+            config.handover,
+            if config.leases { ", leases" } else { "" },
+            lit.handovers,
+        );
+    } else if config.leases {
+        queue = ", leases".to_string();
+    }
     eprintln!(
         "literal N = {N} {:?} attempts {:?}, {} expiries, {} restarts, clock {:?}, \
-         {} bucket-mate steps ({:?}): {literal_states} states, {} kinds of hand-out, {:.2?}",
+         {} bucket-mate steps ({:?}){queue}: {literal_states} states, {} kinds of hand-out, \
+         {:.2?}",
         config.variant,
         config.attempts,
         config.expiries,
@@ -642,9 +672,10 @@ pub(super) fn assert_same_hand_outs<const N: usize>(config: Config<'_>) {
     let reduced = check::<N>(config);
     assert_eq!(
         up_to_renaming(&reduced.events, &config),
-        up_to_renaming(&literal_events, &config),
+        up_to_renaming(literal_events, &config),
         "{config:?}: the reduced model's hand-outs differ from the literal model's"
     );
+    lit
 }
 
 /// The smallest configuration where a write-back can lose its key: the
