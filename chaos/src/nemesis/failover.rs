@@ -88,7 +88,7 @@ const QUIET: (u64, u64) = (50, 250);
 /// both faults, not one per fault: each drop also fails the attempts in
 /// flight on the promoted servers, a second holder's among them, and
 /// with twice the drops the control missed its violation more often
-/// (in 4 of 9 rounds at seed 11, hot lock, against 1 of 16).
+/// (in 4 of 9 rounds at seed 11, hot lock, against 2 of 16).
 const DROPS: (usize, usize) = (3, 5);
 /// When they come, in ms after the second failover: inside the first
 /// fault's window too (the gap is at most 60 ms).
