@@ -9,7 +9,7 @@ use crate::nemesis::Nemesis;
 pub const USAGE: &str = "\
 usage: chaos [--nemesis all|NAME[,NAME...]] [--duration D] [--seed N]
              [--history-dir DIR] [--tasks N] [--procs N] [--proc-tasks N]
-             [--resources N] [--list]
+             [--resources N] [--svg DIR] [--list]
 
   --nemesis      which faults to run, in order (default all); --list names them
   --duration     how long each nemesis runs: 8s, 90s, 2m, 10m, 500ms (default 10s)
@@ -21,6 +21,8 @@ usage: chaos [--nemesis all|NAME[,NAME...]] [--duration D] [--seed N]
   --proc-tasks   worker tasks per process (default 2)
   --resources    resources the workers pick from (default 3; 1 is the hot
                  lock: every worker contends for one resource), 1 to 16
+  --svg          also draw each run's timeline to DIR/<nemesis>.svg: a lane
+                 per worker, its holds, the faults, every violation in red
 
 Exit status 1 when a nemesis expected to be safe shows a violation, or a
 negative control fails to show one; 2 on a usage error.";
@@ -35,6 +37,8 @@ pub struct Options {
     pub procs: u32,
     pub proc_tasks: u32,
     pub resources: u32,
+    /// Where each run's timeline goes, as `<nemesis>.svg`.
+    pub svg: Option<PathBuf>,
     pub list: bool,
 }
 
@@ -49,6 +53,7 @@ pub fn parse(args: &[String]) -> Result<Options, String> {
         procs: 2,
         proc_tasks: 2,
         resources: crate::rig::RESOURCES,
+        svg: None,
         list: false,
     };
     let mut it = args.iter();
@@ -73,6 +78,7 @@ pub fn parse(args: &[String]) -> Result<Options, String> {
             "--procs" => o.procs = parse_num(flag, &value()?)?,
             "--proc-tasks" => o.proc_tasks = parse_num(flag, &value()?)?,
             "--resources" => o.resources = parse_num(flag, &value()?)?,
+            "--svg" => o.svg = Some(PathBuf::from(value()?)),
             "--list" => o.list = true,
             "-h" | "--help" => return Err(String::new()),
             other => return Err(format!("unknown argument {other:?}")),

@@ -517,26 +517,136 @@ impl Report {
     }
 }
 
-/// A grant, joined with the later events of its lease.
-struct Hold<'a> {
-    who: Holder,
-    resource: &'a str,
-    start_ns: u64,
-    at_ns: u64,
-    token: Option<u64>,
+/// A grant, joined with the later events of its lease: the holder's
+/// window is `[at_ns, end())`. The checker's rule, shared with the report
+/// and the plot so that all three draw the same windows.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Hold<'a> {
+    /// The holder.
+    pub who: Holder,
+    /// The resource held.
+    pub resource: &'a str,
+    /// When the attempt that got it began.
+    pub start_ns: u64,
+    /// When the holder learned it holds the lock.
+    pub at_ns: u64,
+    /// Its fencing token, `None` when fencing is off.
+    pub token: Option<u64>,
     /// `(at_ns, valid_until_ns)` of the latest deadline the holder learned:
     /// the grant's, then each extension's. The latest learned, not the
     /// largest, because that is the one the holder acts on.
-    deadline: (u64, u64),
+    pub deadline: (u64, u64),
     /// The first release or lost signal.
-    gave_up: Option<u64>,
+    pub gave_up: Option<u64>,
 }
 
 impl Hold<'_> {
-    fn end(&self) -> u64 {
+    /// The end of the window: the earliest of the last deadline learned,
+    /// the release and the lost signal.
+    pub fn end(&self) -> u64 {
         self.gave_up
             .map_or(self.deadline.1, |g| g.min(self.deadline.1))
     }
+}
+
+/// Every grant of `events`, in file order, joined with the extensions,
+/// releases and lost signals of its lease; what cannot be joined (a second
+/// grant of one lease, an event of a lease never granted) is returned as
+/// anomalies. The join runs after the pass over the grants, not during it:
+/// file order is not time order, so an extend may come before its grant's
+/// line.
+pub fn holds(events: &[Event]) -> (Vec<Hold<'_>>, Found<Anomaly>) {
+    let (mut holds, mut anomalies) = (Vec::new(), Found::default());
+    let mut lease_index = HashMap::new();
+    for e in events {
+        if let Event::Grant {
+            worker,
+            resource,
+            lease,
+            start_ns,
+            at_ns,
+            valid_until_ns,
+            token,
+        } = e
+        {
+            // The first grant keeps the lease: `insert` would point it at
+            // the next hold pushed, or past the end.
+            if lease_index.contains_key(lease) {
+                anomalies.push(Anomaly::DuplicateLease(*lease));
+                continue;
+            }
+            lease_index.insert(*lease, holds.len());
+            holds.push(Hold {
+                who: holder(*worker, *lease),
+                resource,
+                start_ns: *start_ns,
+                at_ns: *at_ns,
+                token: *token,
+                deadline: (*at_ns, *valid_until_ns),
+                gave_up: None,
+            });
+        }
+    }
+    for e in events {
+        let (lease, event, at_ns) = match *e {
+            Event::Extend { lease, at_ns, .. } => (lease, "extend", at_ns),
+            Event::Release { lease, at_ns } => (lease, "release", at_ns),
+            Event::Lost { lease, at_ns, .. } => (lease, "lost", at_ns),
+            _ => continue,
+        };
+        let Some(hold) = lease_index.get(&lease).map(|&i| &mut holds[i]) else {
+            anomalies.push(Anomaly::UnknownLease { lease, event });
+            continue;
+        };
+        match *e {
+            Event::Extend { valid_until_ns, .. } => {
+                hold.deadline = hold.deadline.max((at_ns, valid_until_ns));
+            }
+            _ => hold.gave_up = Some(hold.gave_up.map_or(at_ns, |g| g.min(at_ns))),
+        }
+    }
+    (holds, anomalies)
+}
+
+/// The holds of each resource, in resource name order, each sorted by
+/// window start (then end, then lease): the order every check of one
+/// resource walks them in.
+pub fn by_resource<'h, 'a>(holds: &'h [Hold<'a>]) -> BTreeMap<&'a str, Vec<&'h Hold<'a>>> {
+    let mut by: BTreeMap<&str, Vec<&Hold<'_>>> = BTreeMap::new();
+    for h in holds {
+        by.entry(h.resource).or_default().push(h);
+    }
+    for hs in by.values_mut() {
+        hs.sort_by_key(|h| (h.at_ns, h.end(), h.who.lease));
+    }
+    by
+}
+
+/// The token violations among one resource's holds (sorted as
+/// [`by_resource`] sorts them), all of them: tokens granted twice (paired
+/// with the first grant of the token), and tokens lower than the largest
+/// one known before their attempt began. Holds without a token are left
+/// out.
+pub fn token_pairs(resource: &str, hs: &[&Hold<'_>]) -> (Vec<TokenPair>, Vec<TokenPair>) {
+    // In the order the grants were known, so "earlier" is the first one.
+    let timed: Vec<Timed> = hs
+        .iter()
+        .filter_map(|h| Some((h.start_ns, h.at_ns, h.token?, h.who)))
+        .collect();
+    let (mut seen, mut duplicates) = (HashMap::new(), Vec::new());
+    for t in &timed {
+        if let Some(&first) = seen.get(&t.2) {
+            duplicates.push(token_pair(resource, first, t));
+        } else {
+            seen.insert(t.2, t);
+        }
+    }
+    let inverted = inversions(&timed)
+        .into_iter()
+        .map(|(earlier, later)| token_pair(resource, &timed[earlier], &timed[later]))
+        .collect();
+    (duplicates, inverted)
 }
 
 /// `(start, end, token, who)`: a grant (from its attempt's start to when it
@@ -594,8 +704,8 @@ pub fn check(events: &[Event]) -> Report {
         events: events.len(),
         ..Report::default()
     };
-    let mut holds: Vec<Hold<'_>> = Vec::new();
-    let (mut lease_index, mut lifecycle) = (HashMap::new(), Vec::new());
+    let (holds, anomalies) = holds(events);
+    r.anomalies = anomalies;
     let (mut grant_times, mut stops) = (Vec::new(), Vec::new());
     let mut counters: BTreeMap<&str, CounterAcc> = BTreeMap::new();
     let mut writes: BTreeMap<&str, Vec<Timed>> = BTreeMap::new();
@@ -606,32 +716,11 @@ pub fn check(events: &[Event]) -> Report {
                 r.attempts += 1;
                 r.granted_attempts += u64::from(*granted);
             }
-            Event::Grant {
-                worker,
-                resource,
-                lease,
-                start_ns,
-                at_ns,
-                valid_until_ns,
-                token,
-            } => {
+            Event::Grant { at_ns, .. } => {
                 r.grants += 1;
                 grant_times.push(*at_ns);
-                if lease_index.insert(*lease, holds.len()).is_some() {
-                    r.anomalies.push(Anomaly::DuplicateLease(*lease));
-                    continue;
-                }
-                holds.push(Hold {
-                    who: holder(*worker, *lease),
-                    resource,
-                    start_ns: *start_ns,
-                    at_ns: *at_ns,
-                    token: *token,
-                    deadline: (*at_ns, *valid_until_ns),
-                    gave_up: None,
-                });
             }
-            Event::Extend { .. } | Event::Release { .. } | Event::Lost { .. } => lifecycle.push(e),
+            Event::Extend { .. } | Event::Release { .. } | Event::Lost { .. } => {}
             Event::Write {
                 worker,
                 lease,
@@ -681,36 +770,10 @@ pub fn check(events: &[Event]) -> Report {
             }
         }
     }
-    // Joined after the pass, not during it: file order is not time order,
-    // so an extend may come before its grant's line.
-    for e in lifecycle {
-        let (lease, event, at_ns) = match *e {
-            Event::Extend { lease, at_ns, .. } => (lease, "extend", at_ns),
-            Event::Release { lease, at_ns } => (lease, "release", at_ns),
-            Event::Lost { lease, at_ns, .. } => (lease, "lost", at_ns),
-            _ => continue,
-        };
-        let Some(hold) = lease_index.get(&lease).map(|&i| &mut holds[i]) else {
-            r.anomalies.push(Anomaly::UnknownLease { lease, event });
-            continue;
-        };
-        match *e {
-            Event::Extend { valid_until_ns, .. } => {
-                hold.deadline = hold.deadline.max((at_ns, valid_until_ns));
-            }
-            _ => hold.gave_up = Some(hold.gave_up.map_or(at_ns, |g| g.min(at_ns))),
-        }
-    }
-
-    let mut by_resource: BTreeMap<&str, Vec<&Hold<'_>>> = BTreeMap::new();
-    for h in &holds {
-        by_resource.entry(h.resource).or_default().push(h);
-    }
-    for (resource, mut hs) in by_resource {
+    for (resource, hs) in by_resource(&holds) {
         // Sweep by window start, remembering the earlier window that reaches
         // furthest: a window that begins before that one ends overlaps it,
         // and one that begins after it overlaps none of the earlier ones.
-        hs.sort_by_key(|h| (h.at_ns, h.end(), h.who.lease));
         let mut reach: Option<&Hold<'_>> = None;
         for &h in &hs {
             let end = h.end();
@@ -729,22 +792,11 @@ pub fn check(events: &[Event]) -> Report {
                 reach = Some(h);
             }
         }
-
-        // In the order the grants were known, so "earlier" is the first one.
-        let timed: Vec<Timed> = hs
-            .iter()
-            .filter_map(|h| Some((h.start_ns, h.at_ns, h.token?, h.who)))
-            .collect();
-        let mut seen = HashMap::new();
-        for t in &timed {
-            if let Some(&first) = seen.get(&t.2) {
-                r.duplicate_tokens.push(token_pair(resource, first, t));
-            } else {
-                seen.insert(t.2, t);
-            }
+        let (duplicates, inverted) = token_pairs(resource, &hs);
+        for pair in duplicates {
+            r.duplicate_tokens.push(pair);
         }
-        for (earlier, later) in inversions(&timed) {
-            let pair = token_pair(resource, &timed[earlier], &timed[later]);
+        for pair in inverted {
             r.token_inversions.push(pair);
         }
     }
@@ -1279,6 +1331,27 @@ mod tests {
         };
         assert_eq!(r.anomalies.first, [Anomaly::DuplicateLease(1), unknown]);
         assert!(r.is_safe(), "anomalies are reported apart from the verdict");
+        // A release of a lease granted twice ends the first grant's window;
+        // the index of the lease once pointed past the last hold.
+        let twice = [grant(1, 10, 90, 1), grant(1, 30, 40, 2), release(1, 50)];
+        let (hs, anomalies) = holds(&twice);
+        assert_eq!(anomalies.count, 1);
+        assert_eq!((hs.len(), hs[0].end(), hs[0].token), (1, 50, Some(1)));
+    }
+
+    #[test]
+    fn token_pairs_lists_every_violation_beyond_the_report_s_examples() {
+        let grants: Vec<Event> = (1..=30).map(|l| grant(l, l * 10, l * 10 + 5, 7)).collect();
+        let (hs, _) = holds(&grants);
+        let by = by_resource(&hs);
+        let (duplicates, inverted) = token_pairs("r", &by["r"]);
+        assert_eq!((duplicates.len(), inverted.len()), (29, 0));
+        assert!(duplicates.iter().all(|d| d.earlier == who(1)));
+        let r = check(&grants);
+        assert_eq!(
+            (r.duplicate_tokens.count, r.duplicate_tokens.first.len()),
+            (29, MAX_LISTED)
+        );
     }
 
     fn every_kind() -> Vec<Event> {

@@ -11,15 +11,17 @@
 //! ```
 //!
 //! Exit status 1 when a nemesis expected to be safe shows a violation, or
-//! a negative control (`kill-nopersist`, `evict`, `no-fencing`) fails to
-//! show one; so CI can run it.
+//! a negative control (`kill-nopersist`, `failover-noguard`, `evict`,
+//! `no-fencing`) fails to show one; so CI can run it.
 //!
 //! ## The rig (one machine, loopback only)
 //!
 //! Per nemesis, fresh servers: 5 lock nodes and 1 data node (`redis-server`
 //! through `tests/support/server.rs`; the data node, which holds the shared
 //! counters and the fenced store, is never faulted), and for the network
-//! nemeses one `FaultProxy` per lock node between every client and it.
+//! nemeses one `FaultProxy` per lock node between every client and it
+//! (for the failover ones also a replica per lock node, to which the
+//! proxy is repointed).
 //! Workers are tasks of this process (`--tasks`) and of worker processes
 //! (`--procs` × `--proc-tasks`), which are this binary re-executed with
 //! `--worker ...`. Each worker has its own lock client and data
@@ -43,13 +45,16 @@
 //! workers. Deadlines (`Instant`s) are converted by reading both clocks at
 //! once. Worker processes write their lines to stdout; the parent's reader
 //! threads append them to the same file as its own workers' events. The
-//! histories are kept (`--history-dir`, default a new temporary directory).
+//! histories are kept (`--history-dir`, default a new temporary directory),
+//! and with `--svg DIR` each run's timeline is drawn to `DIR/<nemesis>.svg`
+//! (`plot`).
 //!
 //! Module map: `cli` (options), `clock` (the shared clock), `worker` (the
 //! workload, in tasks and processes), `children` (worker processes, their
 //! output, the worker-pause gate), `nemesis` (the schedules; its docs have
-//! the table of every nemesis), `rig` (one run), `report` (rows, verdicts,
-//! the checks the history checker cannot make itself).
+//! the table of every nemesis; `nemesis/failover.rs` the failover's),
+//! `rig` (one run), `report` (rows, verdicts, the checks the history
+//! checker cannot make itself), `plot` (a run's SVG timeline, `--svg DIR`).
 
 #[path = "../../tests/support/process.rs"]
 mod process;
@@ -63,6 +68,7 @@ mod cli;
 mod clock;
 mod history;
 mod nemesis;
+mod plot;
 mod report;
 mod rig;
 mod worker;
@@ -191,6 +197,8 @@ fn suite(opts: &cli::Options) -> Result<ExitCode, BoxError> {
     print!("{}", report::table(&outcomes));
     println!(
         "\nmutual-exclusion violations: grants whose validity window began inside another holder's; \
+         duplicate or decreasing tokens: grants whose token was granted before, or is below one \
+         known when their attempt began; \
          lost updates: acknowledged increments missing from the final counters; \
          stale writes: accepted with a token (or, fencing off, a grant rank) below one already written; \
          availability: waiting acquires granted within {:?}; \

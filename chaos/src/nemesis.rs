@@ -16,6 +16,8 @@
 //! | `kill-aof` | AOF `appendfsync always`; restart guard **off**, so that persistence alone is tested | quiet 100–400 ms; SIGKILL, down 0–300 ms, restart (AOF replayed) | 1–2, lock holders first, not last step's | safe |
 //! | `kill-nopersist-guard` | no persistence; restart guard on (window 500 ms) | quiet 50–250 ms; SIGKILL and restart at once, empty | as above: consecutive steps hit different holders within one TTL | safe |
 //! | `kill-nopersist` | same, restart guard **off** | same | same | violation (negative control) |
+//! | `failover` | every node has a replica (`--replicaof`), clients reach nodes through fault proxies (the address that moves); restart guard on (window 500 ms) | rounds of two faults 10–60 ms apart: both faults' replicas cut off (`REPLICAOF NO ONE`), then, after a quiet 50–250 ms, once a lease granted after the cut is kept (extended, or held 150 ms): SIGKILL the masters, repoint the proxies to the replicas, drop every connection (proxy `Reset`, `CLIENT KILL TYPE normal`), again 3–5 times inside the window; a new replica for each promoted server | 1–2 per fault, 3–4 per round; fair-queue homes first, in the second fault | safe |
+//! | `failover-noguard` | same, restart guard **off** | same | same | violation (negative control): overlapping holders, repeated or decreasing tokens |
 //! | `pause` | | quiet 200–800 ms; SIGSTOP 100–1500 ms, SIGCONT | 1–2 random | safe |
 //! | `client-pause` | | quiet 200–800 ms; `CLIENT PAUSE ms ALL`, 100–1500 ms | 1–2 random | safe |
 //! | `worker-pause` | workers in processes dwell 40–80 ms between read and write | quiet 200–600 ms; SIGSTOP a worker process at its next critical section, for 1.5–3 TTL, SIGCONT | 1 process | no overlap; lost updates; 0 stale writes accepted, some rejected |
@@ -24,6 +26,16 @@
 //! | `clock-jump` | | quiet 100–500 ms; on each victim `PEXPIRE` every lock key to 1–5 ms: that node's clock jumping ahead past every lock it holds | one or both of 2 "bad clock" nodes drawn once per run | tokens safe; mutual exclusion is not promised (Redlock assumes bounded clock drift on every node) |
 //! | `evict` | `maxmemory-policy volatile-lru` | quiet 300–800 ms; `maxmemory` set 256 KB above use, 4 KB filler keys with a TTL pumped for 500–1500 ms, limit lifted | 3 random: a majority, as the misconfiguration is the deployment's, not one node's | violation (negative control) |
 //! | `no-fencing` | as `worker-pause`, with `fencing(false)` and plain `SET` for the store | as `worker-pause` | 1 process | stale writes accepted (negative control) |
+//!
+//! The failover nemesis (`nemesis/failover.rs`, whose docs have the
+//! schedule and why it is shaped so) models a managed endpoint or a
+//! Sentinel-managed VIP that moves to a replica promoted after its master
+//! died, having missed the master's last writes: the lease granted last and
+//! the fence moves that went with it. The guard promises that such a
+//! server, another server behind a known address, does not vote for one
+//! window from the first connection that reached it, on that connection
+//! and every later one, and with fencing not until its fences are
+//! re-seeded.
 //!
 //! `libfaketime` would be the usual way to move a node's clock, but it
 //! hangs Debian's `redis-server`; expiring the keys early is what a clock
@@ -43,7 +55,9 @@ use crate::children::{signal, PauseTargets};
 use crate::clock::Clock;
 use crate::history::{Event, NemesisPhase, Writer};
 use crate::proxy::{Fault, FaultProxy};
-use crate::server::{Cluster, ServerOptions};
+use crate::server::{Cluster, RedisServer, ServerOptions};
+
+mod failover;
 
 /// Bounds every command the nemesis sends to a node itself.
 const NODE_TIMEOUT: Duration = Duration::from_millis(500);
@@ -58,6 +72,8 @@ pub enum Nemesis {
     KillAof,
     KillNopersistGuard,
     KillNopersist,
+    Failover,
+    FailoverNoguard,
     Pause,
     ClientPause,
     WorkerPause,
@@ -73,7 +89,8 @@ pub enum Nemesis {
 pub enum Expect {
     /// Every check clean.
     Safe,
-    /// Negative control: overlapping holders or lost updates must show.
+    /// Negative control: overlapping holders, lost updates, or a
+    /// duplicate or decreasing token must show.
     Violation,
     /// A holder paused past its lease: windows never overlap, the
     /// unfenced counter loses updates, the fenced store accepts no stale
@@ -100,10 +117,12 @@ impl Expect {
 }
 
 impl Nemesis {
-    pub const ALL: [Nemesis; 11] = [
+    pub const ALL: [Nemesis; 13] = [
         Nemesis::KillAof,
         Nemesis::KillNopersistGuard,
         Nemesis::KillNopersist,
+        Nemesis::Failover,
+        Nemesis::FailoverNoguard,
         Nemesis::Pause,
         Nemesis::ClientPause,
         Nemesis::WorkerPause,
@@ -119,6 +138,8 @@ impl Nemesis {
             Nemesis::KillAof => "kill-aof",
             Nemesis::KillNopersistGuard => "kill-nopersist-guard",
             Nemesis::KillNopersist => "kill-nopersist",
+            Nemesis::Failover => "failover",
+            Nemesis::FailoverNoguard => "failover-noguard",
             Nemesis::Pause => "pause",
             Nemesis::ClientPause => "client-pause",
             Nemesis::WorkerPause => "worker-pause",
@@ -143,6 +164,12 @@ impl Nemesis {
                 "SIGKILL and restart at once 1-2 nodes without persistence; restart guard on"
             }
             Nemesis::KillNopersist => "negative control: the same with the restart guard off",
+            Nemesis::Failover => {
+                "move 1-2 nodes' addresses to promoted replicas that missed writes; restart guard on"
+            }
+            Nemesis::FailoverNoguard => {
+                "negative control: the same failover with the restart guard off"
+            }
             Nemesis::Pause => "SIGSTOP 1-2 nodes for 100-1500 ms",
             Nemesis::ClientPause => "CLIENT PAUSE ALL on 1-2 nodes for 100-1500 ms",
             Nemesis::WorkerPause => {
@@ -166,7 +193,7 @@ impl Nemesis {
 
     pub fn expect(self) -> Expect {
         match self {
-            Nemesis::KillNopersist | Nemesis::Evict => Expect::Violation,
+            Nemesis::KillNopersist | Nemesis::FailoverNoguard | Nemesis::Evict => Expect::Violation,
             Nemesis::WorkerPause => Expect::PauseFenced,
             Nemesis::NoFencing => Expect::PauseUnfenced,
             Nemesis::ClockJump => Expect::TokensOnly,
@@ -185,17 +212,33 @@ impl Nemesis {
                 maxmemory_policy: Some("volatile-lru".into()),
                 ..ServerOptions::default()
             },
+            Nemesis::Failover | Nemesis::FailoverNoguard => ServerOptions {
+                extra_args: replication_args(),
+                ..ServerOptions::default()
+            },
             _ => ServerOptions::default(),
         }
     }
 
     pub fn uses_proxies(self) -> bool {
-        matches!(self, Nemesis::Partition | Nemesis::Delay)
+        matches!(
+            self,
+            Nemesis::Partition | Nemesis::Delay | Nemesis::Failover | Nemesis::FailoverNoguard
+        )
+    }
+
+    /// Whether every lock node has a replica (started by the rig with
+    /// [`replica_options`]).
+    pub fn uses_replicas(self) -> bool {
+        matches!(self, Nemesis::Failover | Nemesis::FailoverNoguard)
     }
 
     /// Whether the clients run with the restart guard.
     pub fn restart_guard(self) -> bool {
-        !matches!(self, Nemesis::KillAof | Nemesis::KillNopersist)
+        !matches!(
+            self,
+            Nemesis::KillAof | Nemesis::KillNopersist | Nemesis::FailoverNoguard
+        )
     }
 
     pub fn fencing(self) -> bool {
@@ -208,9 +251,31 @@ impl Nemesis {
     }
 }
 
+/// Arguments of every server of a rig with replicas. Redis 7 waits 5 s
+/// (`repl-diskless-sync-delay`) for more replicas before it streams a full
+/// sync; a new replica of a promoted server must be in sync within the
+/// next quiet period.
+fn replication_args() -> Vec<String> {
+    vec!["--repl-diskless-sync-delay".into(), "0".into()]
+}
+
+/// A replica of the lock node on `master`'s port, configured like it.
+pub fn replica_options(master: u16) -> ServerOptions {
+    ServerOptions {
+        replica_of: Some(master),
+        extra_args: replication_args(),
+        ..ServerOptions::default()
+    }
+}
+
 /// What a schedule may touch, and where it records.
 pub struct Faults<'a> {
+    /// The servers behind the nodes' addresses now: a failover swaps a
+    /// node's server with its replica.
     pub nodes: &'a mut Cluster,
+    /// One replica per node, in node order; empty unless the nemesis uses
+    /// replicas.
+    pub replicas: &'a mut [RedisServer],
     /// One per node, in node order; empty unless the nemesis uses proxies.
     pub proxies: &'a [FaultProxy],
     pub workers: PauseTargets,
@@ -236,6 +301,7 @@ pub fn run(nemesis: Nemesis, f: &mut Faults<'_>) -> Result<(), String> {
     let outcome = panic::catch_unwind(AssertUnwindSafe(|| match nemesis {
         Nemesis::KillAof => rolling_kill(f, (100, 400), (0, 300)),
         Nemesis::KillNopersist | Nemesis::KillNopersistGuard => rolling_kill(f, (50, 250), (0, 0)),
+        Nemesis::Failover | Nemesis::FailoverNoguard => failover::run(f),
         Nemesis::Pause => node_pause(f),
         Nemesis::ClientPause => client_pause(f),
         Nemesis::WorkerPause | Nemesis::NoFencing => worker_pause(f),

@@ -25,7 +25,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::cli::show_duration;
-use crate::history::{check, Event, Report, WriteOutcome};
+use crate::history::{check, holds, Event, Hold, Report, WriteOutcome};
 use crate::nemesis::{Expect, Nemesis};
 
 /// Everything one nemesis run produced.
@@ -59,64 +59,9 @@ pub struct Late {
     pub writes_rejected: u64,
 }
 
-/// `(resource, at_ns)` of each grant, its latest learned deadline, and
-/// when its holder gave up.
-struct Window {
-    resource: String,
-    at_ns: u64,
-    deadline: (u64, u64),
-    gave_up: Option<u64>,
-}
-
-impl Window {
-    fn end(&self) -> u64 {
-        self.gave_up
-            .map_or(self.deadline.1, |g| g.min(self.deadline.1))
-    }
-}
-
-fn windows(events: &[Event]) -> HashMap<u64, Window> {
-    let mut w: HashMap<u64, Window> = HashMap::new();
-    for e in events {
-        if let Event::Grant {
-            resource,
-            lease,
-            at_ns,
-            valid_until_ns,
-            ..
-        } = e
-        {
-            w.insert(
-                *lease,
-                Window {
-                    resource: resource.clone(),
-                    at_ns: *at_ns,
-                    deadline: (*at_ns, *valid_until_ns),
-                    gave_up: None,
-                },
-            );
-        }
-    }
-    for e in events {
-        match e {
-            Event::Extend {
-                lease,
-                at_ns,
-                valid_until_ns,
-            } => {
-                if let Some(h) = w.get_mut(lease) {
-                    h.deadline = h.deadline.max((*at_ns, *valid_until_ns));
-                }
-            }
-            Event::Release { lease, at_ns } | Event::Lost { lease, at_ns, .. } => {
-                if let Some(h) = w.get_mut(lease) {
-                    h.gave_up = Some(h.gave_up.map_or(*at_ns, |g| g.min(*at_ns)));
-                }
-            }
-            _ => {}
-        }
-    }
-    w
+/// Each lease's hold (the checker's join), by lease.
+fn windows<'a>(holds: &'a [Hold<'a>]) -> HashMap<u64, &'a Hold<'a>> {
+    holds.iter().map(|h| (h.who.lease, h)).collect()
 }
 
 pub fn failures(events: &[Event]) -> Vec<String> {
@@ -134,8 +79,9 @@ pub fn failures(events: &[Event]) -> Vec<String> {
 }
 
 pub fn late(events: &[Event]) -> Late {
-    let w = windows(events);
-    let end = |lease: &u64| w.get(lease).map(Window::end);
+    let (holds, _) = holds(events);
+    let w = windows(&holds);
+    let end = |lease: &u64| w.get(lease).map(|h| h.end());
     let mut late = Late::default();
     for e in events {
         match e {
@@ -164,13 +110,13 @@ pub fn late(events: &[Event]) -> Late {
 /// The history with every token-less write given its lease's grant rank;
 /// see the module docs.
 pub fn ranked(events: &[Event]) -> Vec<Event> {
-    let w = windows(events);
+    let (holds, _) = holds(events);
     let mut by_resource: HashMap<&str, Vec<(u64, u64)>> = HashMap::new();
-    for (lease, h) in &w {
+    for h in &holds {
         by_resource
-            .entry(&h.resource)
+            .entry(h.resource)
             .or_default()
-            .push((h.at_ns, *lease));
+            .push((h.at_ns, h.who.lease));
     }
     let mut rank: HashMap<u64, u64> = HashMap::new();
     for grants in by_resource.values_mut() {
@@ -248,7 +194,10 @@ pub fn judge(o: &Outcome) -> (bool, String) {
         return (false, "FAIL: nothing was granted".into());
     }
     let overlaps = r.overlaps.count;
-    let broken = overlaps > 0 || !counters_clean(r);
+    // A token granted twice, or below one known before, is as much a
+    // broken lock as two holders: a fenced store would take the second
+    // holder's writes (the failover control's violation).
+    let broken = overlaps > 0 || !counters_clean(r) || !tokens_clean(r);
     let stale = stale_accepted(o);
     let mut why = Vec::new();
     let pass = match o.nemesis.expect() {
@@ -334,10 +283,11 @@ pub fn table(outcomes: &[Outcome]) -> String {
     let mut t = String::new();
     t.push_str(
         "| nemesis | duration | clients (tasks + procs×tasks) | resources | granted | \
-         mutual-exclusion violations | lost updates | stale writes accepted | \
-         stale writes rejected | availability | recovery (max) | expected | verdict |\n",
+         mutual-exclusion violations | duplicate or decreasing tokens | lost updates | \
+         stale writes accepted | stale writes rejected | availability | recovery (max) | \
+         expected | verdict |\n",
     );
-    t.push_str("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|\n");
+    t.push_str("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|\n");
     for o in outcomes {
         let r = &o.report;
         let availability = r
@@ -358,13 +308,14 @@ pub fn table(outcomes: &[Outcome]) -> String {
         let (_, verdict) = judge(o);
         let _ = writeln!(
             t,
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
             o.nemesis.name(),
             show_duration(o.duration),
             o.clients,
             o.resources,
             r.grants,
             r.overlaps.count,
+            r.duplicate_tokens.count + r.token_inversions.count,
             lost_updates(r),
             stale_accepted(o),
             r.writes_rejected,
@@ -456,4 +407,59 @@ pub fn details(o: &Outcome) -> String {
     let _ = writeln!(s, "  history: {}", o.path.display());
     let _ = writeln!(s, "  wall time: {:.1} s", o.wall.as_secs_f64());
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn grant(lease: u64, at_ns: u64, token: u64) -> Event {
+        Event::Grant {
+            worker: lease as u32,
+            resource: "r".into(),
+            lease,
+            start_ns: at_ns - 1,
+            at_ns,
+            valid_until_ns: at_ns + 10,
+            token: Some(token),
+        }
+    }
+
+    fn outcome(nemesis: Nemesis, events: &[Event]) -> Outcome {
+        Outcome {
+            nemesis,
+            duration: Duration::from_secs(4),
+            clients: "4 + 2×2".into(),
+            resources: 1,
+            report: check(events),
+            ranked: None,
+            late: late(events),
+            last_grant_ns: None,
+            failures: Vec::new(),
+            path: PathBuf::from("h.jsonl"),
+            injected: 1,
+            notes: Vec::new(),
+            errors: Vec::new(),
+            wall: Duration::from_secs(5),
+        }
+    }
+
+    /// Two holders in turn, the second with the first's token: the
+    /// failover control's violation without an overlap.
+    #[test]
+    fn a_repeated_token_fails_a_safe_row_and_passes_a_control() {
+        let repeated = [grant(1, 10, 7), grant(2, 30, 7)];
+        let (pass, why) = judge(&outcome(Nemesis::Failover, &repeated));
+        assert!(!pass && why == "FAIL: token order", "{why}");
+        let (pass, why) = judge(&outcome(Nemesis::FailoverNoguard, &repeated));
+        assert!(pass && why == "PASS (violation shown)", "{why}");
+        let clean = [grant(1, 10, 7), grant(2, 30, 8)];
+        let (pass, why) = judge(&outcome(Nemesis::FailoverNoguard, &clean));
+        assert!(!pass && why == "FAIL: control showed no violation", "{why}");
+        let row = table(&[outcome(Nemesis::FailoverNoguard, &repeated)]);
+        assert!(
+            row.contains("| failover-noguard | 4s | 4 + 2×2 | 1 | 2 | 0 | 1 | 0 |"),
+            "{row}"
+        );
+    }
 }

@@ -3,10 +3,10 @@
 //! final counters and the check.
 //!
 //! Ownership is what keeps a failing run from leaking processes: the lock
-//! nodes and the data node are `RedisServer`s (killed on drop), the proxies
-//! `FaultProxy`s (closed on drop), the worker processes `Children` (killed
-//! on drop). Each is a local of [`run`], so an early `?` or a panic drops
-//! them all.
+//! nodes, their replicas (failover) and the data node are `RedisServer`s
+//! (killed on drop), the proxies `FaultProxy`s (closed on drop), the
+//! worker processes `Children` (killed on drop). Each is a local of
+//! [`run`], so an early `?` or a panic drops them all.
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::panic::{self, AssertUnwindSafe};
@@ -25,6 +25,7 @@ use crate::cli::Options;
 use crate::clock::{nanos, Clock};
 use crate::history::{self, Event, Writer};
 use crate::nemesis::{self, Faults, Nemesis};
+use crate::plot;
 use crate::proxy::FaultProxy;
 use crate::report::{self, Outcome};
 use crate::server::{Cluster, RedisServer};
@@ -67,6 +68,19 @@ pub fn run(
     let wall = Instant::now();
     let mut cluster = start_local(|| Cluster::start_with(NODES, |_| nemesis.server_options()))?;
     let data = start_local(RedisServer::start)?;
+    // Started with the nodes, so that they are in sync before the first
+    // fault.
+    let mut replicas: Vec<RedisServer> = if nemesis.uses_replicas() {
+        start_local(|| {
+            cluster
+                .nodes
+                .iter()
+                .map(|n| RedisServer::start_with(nemesis::replica_options(n.port())))
+                .collect()
+        })?
+    } else {
+        Vec::new()
+    };
     let proxies: Vec<FaultProxy> = if nemesis.uses_proxies() {
         cluster
             .nodes
@@ -127,6 +141,7 @@ pub fn run(
 
     let mut faults = Faults {
         nodes: &mut cluster,
+        replicas: &mut replicas,
         proxies: &proxies,
         workers: children.targets(),
         writer: &writer,
@@ -171,6 +186,19 @@ pub fn run(
     }
     let events = history::read(&path)?;
     let report = history::check(&events);
+    if let Some(dir) = &opts.svg {
+        let title = format!(
+            "{} (seed {}, {}, {} resource(s)): {}",
+            nemesis.name(),
+            opts.seed,
+            crate::cli::show_duration(opts.duration),
+            opts.resources,
+            nemesis.summary()
+        );
+        std::fs::create_dir_all(dir)?;
+        let file = dir.join(format!("{}.svg", nemesis.name()));
+        std::fs::write(&file, plot::svg(&title, &events, &report))?;
+    }
     let ranked = (!nemesis.fencing()).then(|| report::check_ranked(&events));
     let late = report::late(&events);
     Ok(Outcome {

@@ -20,8 +20,16 @@ fn list_names_every_nemesis_and_exits_0() {
         .lines()
         .filter_map(|l| l.split_whitespace().next())
         .collect();
-    assert_eq!(names.len(), 11, "{text}");
-    for name in ["kill-aof", "pause", "clock-jump", "evict", "no-fencing"] {
+    assert_eq!(names.len(), 13, "{text}");
+    for name in [
+        "kill-aof",
+        "failover",
+        "failover-noguard",
+        "pause",
+        "clock-jump",
+        "evict",
+        "no-fencing",
+    ] {
         assert!(names.contains(&name), "{name} missing from:\n{text}");
     }
 }
