@@ -118,7 +118,12 @@ pub fn loadavg() -> String {
 // What a cycle runs against.
 
 pub enum Subject {
+    /// `try_acquire` (one attempt, no waiting) + `release`.
     Redfence(redfence::Client),
+    /// `acquire` (the waiting entry point the README leads with: it may
+    /// subscribe for release notices and take a place in the fair queue
+    /// before its first attempt) + `release`.
+    RedfenceAcquire(redfence::Client),
     /// SET NX PX + EVALSHA compare-and-delete, sent to every connection and
     /// awaited on all of them. With `fenced` (the SHA1 of the crate's
     /// `ACQUIRE`), the acquire is that script instead of the `SET`: the
@@ -127,6 +132,18 @@ pub enum Subject {
         conns: Vec<MultiplexedConnection>,
         sha: String,
         fenced: Option<String>,
+    },
+    /// The floor deciding at the majority, as Redlock should: `SET NX PX`
+    /// sent to every connection, the release sent to the nodes that
+    /// granted once a majority has, and the cycle over once a majority
+    /// confirmed the release. The other nodes' replies are heard by a task
+    /// of their own, which releases a late grant as soon as it answers.
+    /// Each cycle locks a key of its own (`{resource}:{seq}`): a late
+    /// release may still be on its way when the next cycle starts.
+    FloorQuorum {
+        conns: Vec<MultiplexedConnection>,
+        sha: Arc<str>,
+        stragglers: Arc<Stragglers>,
     },
     /// The peer: rslock's `LockManager::lock` (`SET NX PX` on every node,
     /// `join_all`) and `unlock` (a compare-and-delete `EVALSHA` on every
@@ -175,8 +192,8 @@ impl Counts {
 impl Subject {
     pub fn stats(&self) -> Option<redfence::Stats> {
         match self {
-            Subject::Redfence(client) => Some(client.stats()),
-            Subject::Floor { .. } | Subject::Rslock(_) => None,
+            Subject::Redfence(client) | Subject::RedfenceAcquire(client) => Some(client.stats()),
+            Subject::Floor { .. } | Subject::FloorQuorum { .. } | Subject::Rslock(_) => None,
         }
     }
 
@@ -187,7 +204,7 @@ impl Subject {
                 let guard = match client.try_acquire(resource, TTL).await {
                     Ok(Some(guard)) => guard,
                     Ok(None) => return Err(format!("{resource}: contended")),
-                    Err(e) => return Err(e.to_string()),
+                    Err(e) => return Err(error_chain(&e)),
                 };
                 let t1 = Instant::now();
                 let released = guard.release().await;
@@ -204,6 +221,32 @@ impl Subject {
                     pending: released.pending,
                 })
             }
+            Subject::RedfenceAcquire(client) => {
+                let t0 = Instant::now();
+                let guard = client
+                    .acquire(resource, TTL)
+                    .await
+                    .map_err(|e| error_chain(&e))?;
+                let t1 = Instant::now();
+                let released = guard.release().await;
+                let t2 = Instant::now();
+                if released.confirmed < client.quorum() {
+                    return Err(format!(
+                        "release confirmed on {} of {} nodes: {:?}",
+                        released.confirmed, released.nodes, released.failures
+                    ));
+                }
+                Ok(Phases {
+                    acquire: t1 - t0,
+                    release: t2 - t1,
+                    pending: released.pending,
+                })
+            }
+            Subject::FloorQuorum {
+                conns,
+                sha,
+                stragglers,
+            } => floor_quorum_cycle(conns, sha, stragglers, resource, task, seq).await,
             Subject::Rslock(manager) => {
                 let key = format!("rslock:lock:{resource}");
                 let t0 = Instant::now();
@@ -278,6 +321,175 @@ impl Subject {
             }
         }
     }
+}
+
+/// What the cycles of a [`Subject::FloorQuorum`] left to the background:
+/// the replies after the majority, and the releases they still owe.
+#[derive(Debug, Default)]
+pub struct Stragglers {
+    /// Cycles whose background part has not finished.
+    pub in_flight: AtomicU64,
+    /// Late grants refused or failed, late releases that did not delete.
+    pub failed: AtomicU64,
+    pub first_error: Mutex<Option<String>>,
+}
+
+impl Stragglers {
+    fn fail(&self, error: String) {
+        self.failed.fetch_add(1, AtomicOrdering::SeqCst);
+        self.first_error
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get_or_insert(error);
+    }
+
+    /// Waits (up to `bound`) until every cycle's background part finished;
+    /// false if some had not by then.
+    pub async fn settle(&self, bound: Duration) -> bool {
+        let deadline = Instant::now() + bound;
+        while self.in_flight.load(AtomicOrdering::SeqCst) > 0 {
+            if Instant::now() >= deadline {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        true
+    }
+}
+
+type NodeReply<T> = futures::future::BoxFuture<'static, (usize, redis::RedisResult<T>)>;
+
+fn quorum_set(
+    conn: &MultiplexedConnection,
+    i: usize,
+    key: &Arc<str>,
+    value: &Arc<str>,
+) -> NodeReply<bool> {
+    let (conn, key, value) = (conn.clone(), Arc::clone(key), Arc::clone(value));
+    Box::pin(async move { (i, floor_set(conn, &key, &value).await) })
+}
+
+fn quorum_del(
+    conn: &MultiplexedConnection,
+    i: usize,
+    sha: &Arc<str>,
+    key: &Arc<str>,
+    value: &Arc<str>,
+) -> NodeReply<i64> {
+    let (conn, sha, key, value) = (
+        conn.clone(),
+        Arc::clone(sha),
+        Arc::clone(key),
+        Arc::clone(value),
+    );
+    Box::pin(async move { (i, floor_del(conn, &sha, &key, &value).await) })
+}
+
+/// One cycle of [`Subject::FloorQuorum`].
+async fn floor_quorum_cycle(
+    conns: &[MultiplexedConnection],
+    sha: &Arc<str>,
+    stragglers: &Arc<Stragglers>,
+    resource: &str,
+    task: usize,
+    seq: u64,
+) -> Result<Phases, String> {
+    use futures::stream::{FuturesUnordered, StreamExt};
+
+    // A key per cycle: a node's release is sent once its own SET answered,
+    // so a late node's release may still be on its way when this task's
+    // next cycle starts, and that cycle's SET must not meet the key.
+    let key: Arc<str> = format!("floor:lock:{resource}:{seq}").into();
+    // As long as the crate's values, like the other floors'.
+    let value: Arc<str> = format!("{:016x}:{seq:022x}", task as u64).into();
+    let quorum = conns.len() / 2 + 1;
+    let t0 = Instant::now();
+    let mut acquires: FuturesUnordered<NodeReply<bool>> = conns
+        .iter()
+        .enumerate()
+        .map(|(i, c)| quorum_set(c, i, &key, &value))
+        .collect();
+    let mut granted = Vec::with_capacity(conns.len());
+    let mut error = None;
+    while granted.len() < quorum {
+        match acquires.next().await {
+            Some((i, Ok(true))) => granted.push(i),
+            Some((i, Ok(false))) => {
+                error.get_or_insert_with(|| format!("{key}: SET NX refused on node {i}"));
+            }
+            Some((i, Err(e))) => {
+                error.get_or_insert_with(|| format!("{key}: SET on node {i}: {e}"));
+            }
+            None => break,
+        }
+    }
+    let t1 = Instant::now();
+    // To the nodes that granted; a later grant is released as soon as it
+    // answers (below), never before: its SET may not even be written yet.
+    let mut releases: FuturesUnordered<NodeReply<i64>> = granted
+        .iter()
+        .map(|&i| quorum_del(&conns[i], i, sha, &key, &value))
+        .collect();
+    let needed = quorum.min(granted.len());
+    let mut confirmed = 0;
+    while confirmed < needed {
+        match releases.next().await {
+            Some((_, Ok(1))) => confirmed += 1,
+            Some((i, Ok(n))) => {
+                error.get_or_insert_with(|| format!("{key}: EVALSHA returned {n} on node {i}"));
+            }
+            Some((i, Err(e))) => {
+                error.get_or_insert_with(|| format!("{key}: EVALSHA on node {i}: {e}"));
+            }
+            None => break,
+        }
+    }
+    let t2 = Instant::now();
+    let pending = acquires.len() + releases.len();
+    if pending > 0 {
+        stragglers.in_flight.fetch_add(1, AtomicOrdering::SeqCst);
+        let (conns, sha, stragglers) = (conns.to_vec(), Arc::clone(sha), Arc::clone(stragglers));
+        tokio::spawn(async move {
+            while let Some((i, reply)) = acquires.next().await {
+                match reply {
+                    Ok(true) => releases.push(quorum_del(&conns[i], i, &sha, &key, &value)),
+                    Ok(false) => stragglers.fail(format!("{key}: late SET NX refused on node {i}")),
+                    Err(e) => stragglers.fail(format!("{key}: late SET on node {i}: {e}")),
+                }
+            }
+            while let Some((i, reply)) = releases.next().await {
+                match reply {
+                    Ok(1) => {}
+                    Ok(n) => {
+                        stragglers.fail(format!("{key}: late EVALSHA returned {n} on node {i}"))
+                    }
+                    Err(e) => stragglers.fail(format!("{key}: late EVALSHA on node {i}: {e}")),
+                }
+            }
+            stragglers.in_flight.fetch_sub(1, AtomicOrdering::SeqCst);
+        });
+    }
+    match error {
+        Some(e) => Err(e),
+        None => Ok(Phases {
+            acquire: t1 - t0,
+            release: t2 - t1,
+            pending,
+        }),
+    }
+}
+
+/// An error and its sources, `: `-separated: a `NotAcquired` says which
+/// node answered what only in its source.
+pub fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(e) = source {
+        text.push_str(": ");
+        text.push_str(&e.to_string());
+        source = e.source();
+    }
+    text
 }
 
 pub async fn floor_set(
