@@ -312,6 +312,13 @@ async fn fair_wait(
         }
         if let Next::HomeLost = next {
             place.widen();
+            // Waiting the classic way from here: the other nodes' releases
+            // must publish too.
+            let life = waiter
+                .deadline
+                .saturating_duration_since(Instant::now())
+                .saturating_add(target.ttl.duration());
+            queue::mark_waiting(shared, target, life);
             return Err(HomeLost {
                 attempts: waiter.attempts,
                 deadline: waiter.deadline,

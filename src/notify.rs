@@ -1018,6 +1018,7 @@ mod tests {
         let home = Home {
             index: 0,
             queue: "q".into(),
+            marker: "w".into(),
             pregrant_fence: Some("f".into()),
             claim: Some("c".into()),
         };
@@ -1069,6 +1070,7 @@ mod tests {
         let home = Home {
             index: 0,
             queue: "q".into(),
+            marker: "w".into(),
             pregrant_fence: Some("f".into()),
             claim: Some("c".into()),
         };

@@ -18,6 +18,8 @@ use crate::validity::later;
 pub(crate) struct Home {
     pub(crate) index: usize,
     pub(crate) queue: Arc<str>,
+    /// The resource's waiting marker (`resource::wait_key`), on every node.
+    pub(crate) marker: Arc<str>,
     /// The fence key the home's release moves when it pre-grants the
     /// named waiter its vote: with fencing on, on a plain server (a
     /// cluster node's fence key may live in another slot than the lock

@@ -20,6 +20,7 @@ use crate::lease::Lease;
 use crate::metrics;
 use crate::notify::Place;
 use crate::protocol::attempt::{attempt, attempt_outside, probe};
+use crate::protocol::queue::mark_waiting;
 use crate::protocol::shared::{Grant, Shared, Target};
 use crate::quorum::quorum;
 use crate::retry::{jitter, Retry};
@@ -303,6 +304,14 @@ impl LockRequest {
                 return Err(failure);
             }
             let fresh = place.is_none();
+            if fresh {
+                // From now on releases of the resource publish their
+                // notices on every node (the waiting marker).
+                let life = deadline
+                    .saturating_duration_since(now)
+                    .saturating_add(target.ttl.duration());
+                mark_waiting(&self.shared, target, life);
+            }
             let place = place
                 .get_or_insert_with(|| self.shared.waits.join(&self.shared.nodes, &target.key));
             let fallback = later(now, self.retry.pause(attempts, jitter));

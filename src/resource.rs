@@ -46,6 +46,16 @@ pub(crate) fn queue_key(prefix: &str, resource: &str, layout: Layout) -> Arc<str
     key(prefix, "queue:", resource, layout)
 }
 
+/// The Redis key of a resource's waiting marker: a string key that clients
+/// waiting for the resource keep alive on the nodes whose notices they
+/// hear (the fair queue's home at its join and looks, every node for the
+/// classic competition). A release reads it with the lock key in one
+/// `MGET` and spends nothing more on notices, the queue or claims when it
+/// is absent (issue 32: `PUBSUB NUMSUB` on every release).
+pub(crate) fn wait_key(prefix: &str, resource: &str, layout: Layout) -> Arc<str> {
+    key(prefix, "wait:", resource, layout)
+}
+
 /// The Redis key of a resource's outside claim (on its home node): a
 /// client waiting outside the fair queue whose attempt was refused there
 /// claims the next turn (DESIGN.md, section 2, fair queue, "Outside

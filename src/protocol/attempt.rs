@@ -165,7 +165,8 @@ pub(crate) async fn attempt_pregranted(
             if let (Some(reserve), Some(claim), None, None) =
                 (claim, &target.home.claim, &pregranted, handed)
             {
-                let mut home = ACQUIRE.evalsha_keys(&[key, fence_key, claim], more);
+                let marker = &*target.home.marker;
+                let mut home = ACQUIRE.evalsha_keys(&[key, fence_key, claim, marker], more);
                 home.arg(value).arg(ttl_ms).arg(clock_seed());
                 home.arg(if probe { "1" } else { "" }).arg("").arg("");
                 home.arg(&*shared.id_text)

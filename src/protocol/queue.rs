@@ -17,7 +17,7 @@ use crate::protocol::shared::{Shared, Target};
 use crate::resource::notice_channel;
 use crate::resource::pregrant_value;
 use crate::wire::commands::lrem;
-use crate::wire::scripts::{JOIN, LEAVE, QUEUE};
+use crate::wire::scripts::{JOIN, LEAVE, MARK, QUEUE};
 
 /// What the home node said about the queue and the lock.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -54,7 +54,7 @@ pub(crate) async fn join(
         life.as_bytes(),
         if keep { b"1" } else { b"" },
     ];
-    let keys: [&str; 2] = [&target.home.queue, &target.key];
+    let keys: [&str; 3] = [&target.home.queue, &target.key, &target.home.marker];
     let reply = bounded(
         shared,
         node.run_script(&JOIN, &keys, &args, &Settled::NEVER, true, None),
@@ -99,7 +99,7 @@ pub(crate) async fn look(
         channel.as_bytes(),
         if keep { b"1" } else { b"" },
     ];
-    let keys: [&str; 2] = [&target.key, &target.home.queue];
+    let keys: [&str; 3] = [&target.key, &target.home.queue, &target.home.marker];
     let reply = bounded(
         shared,
         node.run_script(&QUEUE, &keys, &args, &Settled::NEVER, true, None),
@@ -122,6 +122,29 @@ pub(crate) async fn look(
             })
         }
         _ => None,
+    }
+}
+
+/// Marks `target` as waited for on every node, in the background, for
+/// `life` (the waiter's remaining wait and its TTL): a waiter outside the
+/// fair queue, which hears the releases of every node. A release publishes
+/// its notice only where the marker is (DESIGN.md, section 2, "Notices
+/// only where waited for"). Bounded by the node timeout per node; a mark
+/// that does not land costs a notice, which the waiter's timers cover.
+pub(crate) fn mark_waiting(shared: &Arc<Shared>, target: &Target, life: Duration) {
+    let Ok(handle) = tokio::runtime::Handle::try_current() else {
+        return;
+    };
+    let life = life_ms(life).to_string();
+    let timeout = shared.config.node_timeout;
+    for node in &shared.nodes {
+        let (node, marker, life) = (node.clone(), target.home.marker.clone(), life.clone());
+        handle.spawn(async move {
+            let keys: [&str; 1] = [&marker];
+            let args: [&[u8]; 1] = [life.as_bytes()];
+            let run = node.run_script(&MARK, &keys, &args, &Settled::NEVER, true, None);
+            let _ = tokio::time::timeout(timeout, run).await;
+        });
     }
 }
 

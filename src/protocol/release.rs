@@ -300,7 +300,7 @@ fn start_release(shared: &Shared, held: &Held, notice_id: String, step: &Step<'_
     let channel0: Arc<str> = notice_channel(&held.key, db0).into();
     let by_hash: &[u8] = if step.by_hash { b"sha1" } else { b"" };
     let evalsha0 = Arc::new(RELEASE.evalsha(
-        &[&held.key],
+        &[&held.key, &held.home.marker],
         &[
             held.value.as_bytes(),
             notice.as_bytes(),
@@ -350,7 +350,8 @@ fn start_release(shared: &Shared, held: &Held, notice_id: String, step: &Step<'_
             // (`Server::run_script_vouched`).
             Some(fence) => {
                 let claim = held.home.claim.as_deref().unwrap_or_default();
-                let keys: [&str; 4] = [&held.key, &held.home.queue, fence, claim];
+                let keys: [&str; 5] =
+                    [&held.key, &held.home.marker, &held.home.queue, fence, claim];
                 Home {
                     vouched: Some(RELEASE.evalsha(&keys, &args(b"1"))),
                     plain: RELEASE.evalsha(&keys, &args(b"")),
@@ -358,7 +359,10 @@ fn start_release(shared: &Shared, held: &Held, notice_id: String, step: &Step<'_
             }
             None => Home {
                 vouched: None,
-                plain: RELEASE.evalsha(&[&held.key, &held.home.queue], &args(b"")),
+                plain: RELEASE.evalsha(
+                    &[&held.key, &held.home.marker, &held.home.queue],
+                    &args(b""),
+                ),
             },
         }
     });
@@ -376,6 +380,7 @@ fn start_release(shared: &Shared, held: &Held, notice_id: String, step: &Step<'_
         step.deadline,
         |node, _settled| {
             let (key, value) = (held.key.clone(), held.value.clone());
+            let marker = held.home.marker.clone();
             let expires_at = held.expires_at;
             let notice = notice.clone();
             let handed = handover.cloned();
@@ -423,8 +428,15 @@ fn start_release(shared: &Shared, held: &Held, notice_id: String, step: &Step<'_
                                 channel.as_bytes(),
                                 hashed,
                             ];
-                            node.run_script(&RELEASE, &[&key], &args, &Settled::NEVER, true, None)
-                                .await
+                            node.run_script(
+                                &RELEASE,
+                                &[&key, &marker],
+                                &args,
+                                &Settled::NEVER,
+                                true,
+                                None,
+                            )
+                            .await
                         }
                     }
                 };

@@ -17,7 +17,7 @@ use crate::node::{Kind, Node, Vote};
 use crate::notify::Waits;
 use crate::pregrant::Home;
 use crate::resource::{
-    claim_key, client_tag, fence_bucket, fence_keys, lock_key, queue_key, validate,
+    claim_key, client_tag, fence_bucket, fence_keys, lock_key, queue_key, validate, wait_key,
 };
 use crate::stats::Counters;
 use crate::validity::{Ttl, TtlProblem};
@@ -187,6 +187,7 @@ impl Shared {
         let home = Home {
             index,
             queue: queue_key(prefix, resource, self.config.layout),
+            marker: wait_key(prefix, resource, self.config.layout),
             claim: pregrant_fence
                 .as_ref()
                 .map(|_| claim_key(prefix, resource, self.config.layout)),

@@ -259,12 +259,13 @@ pub(crate) fn sharded_scripts() -> [&'static Script; 2] {
 }
 
 /// Every script of the crate: the lock's and the fenced store's.
-fn all_scripts() -> [&'static Script; 10] {
+fn all_scripts() -> [&'static Script; 11] {
     [
         &ACQUIRE,
         &RELEASE,
         &QUEUE,
         &JOIN,
+        &MARK,
         &LEAVE,
         &EXTEND,
         &WRITE_BACK,
@@ -283,10 +284,11 @@ pub(crate) fn named_in(message: &str) -> Option<&'static Script> {
 }
 
 /// The scripts a lock's node runs, loaded by every connection's handshake.
-pub(crate) fn lock_scripts() -> [&'static Script; 8] {
+pub(crate) fn lock_scripts() -> [&'static Script; 9] {
     [
         &ACQUIRE,
         &RELEASE,
+        &MARK,
         &EXTEND,
         &WRITE_BACK,
         &RESEED,
@@ -406,6 +408,16 @@ pub(crate) static QUEUE: LazyLock<Script> =
 pub(crate) static JOIN: LazyLock<Script> =
     LazyLock::new(|| Script::new("join", include_str!("lua/join.lua")));
 
+/// A waiter outside the fair queue (the classic competition, or a queue
+/// widened when its home went silent) marks the resource as waited for
+/// on every node (`protocol::queue::mark_waiting`): the waiting marker, a
+/// string key whose life it extends to its own remaining wait. A release
+/// publishes its notice only where the marker is (`release.lua`'s `MGET`).
+///
+/// KEYS: waiting marker. ARGV: life ms.
+pub(crate) static MARK: LazyLock<Script> =
+    LazyLock::new(|| Script::new("mark", include_str!("lua/mark.lua")));
+
 /// A fair waiter leaving the queue (cancelled, or given up) on a home
 /// that pre-grants: takes its ticket out (`LREM`) and, when the lock key
 /// holds a pre-granted value of that ticket (the release named it before
@@ -502,7 +514,7 @@ mod tests {
         assert_eq!(
             RELEASE.commands(),
             [
-                "GET",
+                "MGET",
                 "DEL",
                 "PUBSUB|NUMSUB",
                 "PUBLISH",
@@ -517,13 +529,14 @@ mod tests {
         );
         assert_eq!(
             QUEUE.commands(),
-            ["PTTL", "LINDEX", "LRANGE", "LREM", "LPOS", "RPUSH", "PEXPIRE", "PUBLISH"]
+            ["PTTL", "LINDEX", "LRANGE", "LREM", "LPOS", "RPUSH", "PEXPIRE", "SET", "PUBLISH"]
         );
         assert_eq!(
             LEAVE.commands(),
             ["LREM", "GET", "DEL", "LINDEX", "PUBLISH"]
         );
-        assert_eq!(JOIN.commands(), ["RPUSH", "PEXPIRE", "PTTL"]);
+        assert_eq!(JOIN.commands(), ["RPUSH", "PEXPIRE", "PTTL", "SET"]);
+        assert_eq!(MARK.commands(), ["PTTL", "SET"]);
         assert_eq!(EXTEND.commands(), ["GET", "PEXPIRE"]);
         assert_eq!(WRITE_BACK.commands(), ["GET", "SET"]);
         assert_eq!(RESEED.commands(), ["GET", "SET"]);

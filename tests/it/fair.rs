@@ -1409,7 +1409,8 @@ async fn clients_outside_a_busy_queue_get_turns() {
 
 /// An uncontended cycle pays only for what it uses (issue 32): `acquire`
 /// (the fair queue's default path) of free resources subscribes to
-/// nothing, as `try_acquire` never did. Before, every such acquire sent a
+/// nothing, as `try_acquire` never did, and their releases ask nobody
+/// whether someone listens. Before, every such acquire sent a
 /// `SUBSCRIBE` to the resource's home (and an `UNSUBSCRIBE` a moment
 /// later): 1.00 per cycle.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1423,7 +1424,14 @@ async fn an_uncontended_acquire_subscribes_to_nothing() {
             .map(|n| calls(n, "subscribe") + calls(n, "ssubscribe"))
             .sum()
     };
-    let before = subscribes();
+    let numsubs = || -> u64 {
+        cluster
+            .nodes
+            .iter()
+            .map(|n| calls(n, "pubsub|numsub") + calls(n, "lindex"))
+            .sum()
+    };
+    let (before, looked) = (subscribes(), numsubs());
     for i in 0..40 {
         let g = c.acquire(&format!("free-{i}"), secs(5)).await.unwrap();
         g.release().await;
@@ -1432,6 +1440,15 @@ async fn an_uncontended_acquire_subscribes_to_nothing() {
         subscribes() - before,
         0,
         "SUBSCRIBEs for 40 uncontended acquires"
+    );
+    // Nobody waits, so no release asks who listens or looks at a queue:
+    // its script reads the lock key and the waiting marker in one `MGET`
+    // and deletes. Before, every release ran `PUBSUB NUMSUB` on every node
+    // (and `LINDEX` on the home once its client had subscribed).
+    assert_eq!(
+        numsubs() - looked,
+        0,
+        "PUBSUB NUMSUB and LINDEX calls for 40 uncontended releases"
     );
     // The control: a contended acquire does subscribe.
     let held = c.acquire("held", secs(5)).await.unwrap();
@@ -1442,6 +1459,10 @@ async fn an_uncontended_acquire_subscribes_to_nothing() {
         "a waiting acquire subscribed to nothing"
     );
     let (got, _) = release_and_wait(held, waiter, secs(20)).await;
+    assert!(
+        numsubs() > looked,
+        "a release with a waiter queued asked nobody who listens"
+    );
     got.unwrap().release().await;
 }
 

@@ -31,6 +31,10 @@ if claimant ~= '' then
     if redis.call('PTTL', KEYS[3]) < left then
       redis.call('PEXPIRE', KEYS[3], left)
     end
+    -- So that the next release looks at the claims at all.
+    if redis.call('PTTL', KEYS[4]) < left then
+      redis.call('SET', KEYS[4], '1', 'PX', left)
+    end
   end
 end
 local f = redis.call('INCR', KEYS[2])

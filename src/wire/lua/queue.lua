@@ -24,6 +24,10 @@ end
 if ARGV[5] == '1' or created then
   redis.call('PEXPIRE', q, ARGV[2])
 end
+-- The waiting marker lives as long as this waiter may wait.
+if redis.call('PTTL', KEYS[3]) < tonumber(ARGV[2]) then
+  redis.call('SET', KEYS[3], '1', 'PX', ARGV[2])
+end
 local head = redis.call('LINDEX', q, 0)
 if free and head and tag_of(head) ~= tag_of(ARGV[1]) then
   redis.call('PUBLISH', ARGV[4] .. '/' .. tag_of(head), 'p:0:' .. head)

@@ -1,6 +1,8 @@
-local held = redis.call('GET', KEYS[1])
+-- KEYS: lock, waiting marker[, queue, fence, claim] (the home node).
+local got = redis.call('MGET', KEYS[1], KEYS[2])
+local held, waited = got[1], got[2]
 local mine
-if not KEYS[2] and ARGV[4] == 'sha1' then
+if not KEYS[3] and ARGV[4] == 'sha1' then
   -- Keys a handover left for a waiter that will not take them: known by
   -- the SHA1 of the released holder's value, never the value.
   mine = held and redis.sha1hex(held) == ARGV[1]
@@ -10,37 +12,48 @@ end
 if mine then
   redis.call('DEL', KEYS[1])
 end
-if not KEYS[2] then
+if not KEYS[3] then
   if not mine then
     return 0
   end
-  local waiting = redis.call('PUBSUB', 'NUMSUB', ARGV[3])[2]
-  if waiting > 0 then
-    redis.call('PUBLISH', ARGV[3], ARGV[2] .. ':' .. waiting)
+  -- Nobody marked the resource as waited for: no notice to publish.
+  if waited then
+    local waiting = redis.call('PUBSUB', 'NUMSUB', ARGV[3])[2]
+    if waiting > 0 then
+      redis.call('PUBLISH', ARGV[3], ARGV[2] .. ':' .. waiting)
+    end
   end
   return 1
 end
 if ARGV[4] ~= '' then
-  redis.call('LREM', KEYS[2], 1, ARGV[4])
+  redis.call('LREM', KEYS[3], 1, ARGV[4])
+end
+if not waited then
+  -- Nobody waits (no fair waiter keeps the marker, no claim was made):
+  -- no notice, no naming, no reservation.
+  if mine then
+    return 1
+  end
+  return 0
 end
 local subs = redis.call('PUBSUB', 'NUMSUB', ARGV[3], ARGV[3] .. '/q')
 if mine and subs[2] > 0 then
   redis.call('PUBLISH', ARGV[3], ARGV[2] .. ':' .. subs[2])
 end
-if mine and KEYS[4] and ARGV[4] ~= '' and subs[4] > 0 and redis.call('LLEN', KEYS[2]) > 0 then
+if mine and KEYS[5] and ARGV[4] ~= '' and subs[4] > 0 and redis.call('LLEN', KEYS[3]) > 0 then
   -- The holder came through the queue and clients waiting outside it
   -- claimed turns (refused here while fair waiters queued): the home's
   -- vote is reserved for the first claimant ({tag}:o:{notice}, which its
   -- next attempt takes as free) for as long as its claim said, and nobody
   -- is named. Its own release (no ticket) names the queue's next waiter:
   -- the queue and the outside take turns.
-  local claim = redis.call('LPOP', KEYS[4])
+  local claim = redis.call('LPOP', KEYS[5])
   local at = claim and string.find(claim, ':', 1, true)
   if at then
     local life = string.sub(claim, at + 1)
     redis.call('SET', KEYS[1], string.sub(claim, 1, at - 1) .. ':o:' .. ARGV[2], 'NX', 'PX', life)
     -- The queue's head looks again when the reservation would lapse.
-    local head = redis.call('LINDEX', KEYS[2], 0)
+    local head = redis.call('LINDEX', KEYS[3], 0)
     local dot = string.find(head, '.', 1, true)
     local tag = dot and string.sub(head, 1, dot - 1) or string.sub(head, 1, 8)
     redis.call('PUBLISH', ARGV[3] .. '/' .. tag, 'r:' .. life .. ':' .. head)
@@ -51,7 +64,7 @@ local named = false
 local handed = false
 local here = nil
 if subs[4] > 0 then
-  local next = redis.call('LINDEX', KEYS[2], 0)
+  local next = redis.call('LINDEX', KEYS[3], 0)
   if next then
     -- A ticket's tag ends at its first '.'; a ticket of a client before
     -- issue 31 has none and an 8-character tag.
@@ -64,13 +77,13 @@ if subs[4] > 0 then
     end
     local channel = ARGV[3] .. '/' .. tag
     local fence = ''
-    local ttl = KEYS[3] and ARGV[8] == '1' and string.match(next, '%-(%d+)$')
+    local ttl = KEYS[4] and ARGV[8] == '1' and string.match(next, '%-(%d+)$')
     local own = tag == ARGV[6]
     if ttl and (own or redis.call('PUBSUB', 'NUMSUB', channel)[2] > 0)
         and redis.call('SET', KEYS[1], tag .. ':' .. rest .. ':' .. ARGV[2], 'NX', 'PX', ttl) then
-      local f = redis.call('INCR', KEYS[3])
+      local f = redis.call('INCR', KEYS[4])
       if f == 1 then
-        f = redis.call('INCRBY', KEYS[3], ARGV[5])
+        f = redis.call('INCRBY', KEYS[4], ARGV[5])
       end
       if f < 9007199254740992 then
         fence = string.format('%.0f', f)
