@@ -540,6 +540,12 @@ pub fn floor_fence_key(resource: &str) -> String {
     format!("floor:fence:{{{}}}", hash % 1024)
 }
 
+/// The waiting marker of a floor's lock key: the release script publishes
+/// its notice only where it exists (the crate's `{prefix}wait:{resource}`).
+pub fn floor_marker(key: &str) -> String {
+    key.replacen("lock:", "wait:", 1)
+}
+
 pub async fn floor_del(
     mut conn: MultiplexedConnection,
     sha: &str,
@@ -548,8 +554,11 @@ pub async fn floor_del(
 ) -> redis::RedisResult<i64> {
     redis::cmd("EVALSHA")
         .arg(sha)
-        .arg(1)
+        .arg(2)
         .arg(key)
+        // The waiting marker the crate's release reads with the lock key
+        // (`floor_marker`): absent, no notice is published.
+        .arg(floor_marker(key))
         .arg(value)
         // The notice id the crate publishes with a release, and the notice
         // channel of the key on database 0 (`{key}@{db}`).
