@@ -105,6 +105,9 @@
 //! `REDFENCE_BENCH_REPS` the repetitions (default 3);
 //! `REDFENCE_BENCH_SECS=0.2 REDFENCE_BENCH_REPS=1` is the smoke run of
 //! `.ci/run` (about 8 s), not a measurement.
+//!
+//! `cargo bench --bench peers -- --instructions` counts the client's
+//! instructions per cycle with callgrind instead (`peers/instructions.rs`).
 
 #[path = "common/mod.rs"]
 mod common;
@@ -144,6 +147,11 @@ const EXIT_TIMEOUT: Duration = Duration::from_secs(10);
 const DRAIN_BOUND: Duration = Duration::from_secs(2);
 /// The first argument of a child.
 const CHILD_ARG: &str = "--peers-child";
+/// A child with a fixed number of cycles (under callgrind).
+const COUNT_ARG: &str = "--peers-count";
+
+#[path = "peers/instructions.rs"]
+mod instructions;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Kind {
@@ -205,10 +213,17 @@ impl Kind {
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
-    let code = if args.get(1).map(String::as_str) == Some(CHILD_ARG) {
-        child::run(&args[2..])
-    } else {
-        parent()
+    let code = match args.get(1).map(String::as_str) {
+        Some(CHILD_ARG) => child::run(&args[2..]),
+        Some(COUNT_ARG) => match instructions::count_child(&args[2..]) {
+            Ok(()) => 0,
+            Err(e) => {
+                eprintln!("peers count child: {e}");
+                1
+            }
+        },
+        _ if args.iter().any(|a| a == "--instructions") => instructions::parent(),
+        _ => parent(),
     };
     // Every server is already killed and reaped (`parent` has returned).
     std::process::exit(code);
@@ -264,7 +279,7 @@ mod child {
         })
     }
 
-    async fn subject(kind: Kind, urls: &[String]) -> Result<Subject, String> {
+    pub(super) async fn subject(kind: Kind, urls: &[String]) -> Result<Subject, String> {
         let sha = redis::Script::new(RELEASE_LUA).get_hash().to_owned();
         let client = |fencing: bool| {
             bench_builder(urls)
@@ -292,7 +307,7 @@ mod child {
 
     /// The background part of the cycles run so far: one round trip on a
     /// healthy node, and the quorum floor's stragglers.
-    async fn settle(subject: &Subject) -> Result<(), String> {
+    pub(super) async fn settle(subject: &Subject) -> Result<(), String> {
         tokio::time::sleep(SETTLE).await;
         if let Subject::FloorQuorum { stragglers, .. } = subject {
             if !stragglers.settle(STRAGGLERS_BOUND).await {

@@ -72,6 +72,9 @@ pub(super) const GONE_TICKETS: usize = 128;
 /// (no `SUBSCRIBE`, no confirmation round) and its notice history.
 pub(crate) const LINGER: Duration = Duration::from_secs(5);
 
+/// How often a leaving waiter looks for queues idle for [`LINGER`].
+const REAP_EVERY: Duration = Duration::from_secs(1);
+
 /// How many times in a row a client hands a lock it releases straight to
 /// its own next waiter while other clients wait for it too, unless
 /// `Builder::max_local_handoffs` says otherwise. Then, once, its head hears
@@ -137,6 +140,9 @@ struct Shared {
     /// Releases the home's vote pre-granted to a ticket of this client
     /// that no waiter will use (see [`Orphan`]).
     orphans: OnceLock<OrphanHook>,
+    /// When a leaving waiter next scans the queues for idle ones (see
+    /// [`Shared::reap_now_and_then`]).
+    next_reap: Mutex<Option<Instant>>,
 }
 
 /// A release of this client being queued on every connection; see
@@ -397,18 +403,15 @@ impl Waits {
     /// says whether the resource is busy: waiters of this client are
     /// queued already, or the home's last notice named a ticket.
     pub(crate) fn join_fair(&self, key: &Arc<str>, home: &Home, ticket: Arc<str>) -> (Place, bool) {
-        let (pushed, busy) = {
-            let mut queues = self.shared.lock();
-            let busy = queues
-                .get(key)
-                .is_some_and(|q| q.busy || !q.waiters.is_empty());
-            let pushed = self.push(&mut queues, key, Some(home.index), Some(ticket));
-            if let Some(queue) = queues.get_mut(key) {
-                queue.home = Some(home.clone());
-            }
-            (pushed, busy)
-        };
-        (pushed.0, busy)
+        // One lookup: this runs on every fair acquire, waiting or not.
+        let mut queues = self.shared.lock();
+        let queue = queues.entry(key.clone()).or_insert_with(|| Queue {
+            fair: Some(home.index),
+            ..Queue::default()
+        });
+        let busy = queue.busy || !queue.waiters.is_empty();
+        queue.home = Some(home.clone());
+        (self.push_into(queue, key, Some(ticket)), busy)
     }
 
     /// Subscribes `place`'s resource, unless asked already: a fair waiter
@@ -457,12 +460,17 @@ impl Waits {
         fair: Option<usize>,
         ticket: Option<Arc<str>>,
     ) -> (Place, bool) {
-        let notify = Arc::new(Notify::new());
         let created = !queues.contains_key(key);
         let queue = queues.entry(key.clone()).or_insert_with(|| Queue {
             fair,
             ..Queue::default()
         });
+        (self.push_into(queue, key, ticket), created)
+    }
+
+    /// Adds a waiter at the tail of `queue`, the queue of `key`.
+    fn push_into(&self, queue: &mut Queue, key: &Arc<str>, ticket: Option<Arc<str>>) -> Place {
+        let notify = Arc::new(Notify::new());
         let id = queue.next_id;
         queue.next_id += 1;
         if queue.waiters.is_empty() {
@@ -470,14 +478,13 @@ impl Waits {
         }
         queue.idle_since = None;
         queue.waiters.push_back((id, notify.clone(), ticket));
-        let place = Place {
+        Place {
             shared: self.shared.clone(),
             key: key.clone(),
             id,
             notify,
             granted: false,
-        };
-        (place, created)
+        }
     }
 
     /// Subscribes a new queue's channel, starting the subscription tasks
@@ -657,6 +664,24 @@ impl Shared {
         if let (Some(orphan), Some(hook)) = (orphan, self.orphans.get()) {
             (hook.0)(orphan);
         }
+    }
+
+    /// [`Shared::reap`], at most once per [`REAP_EVERY`]: a scan visits
+    /// every queue, and a client that locked many resources in the last
+    /// [`LINGER`] has that many (issue 32: every leaving waiter scanned
+    /// them all, 17 clock reads per cycle at 32 resources, and a cost per
+    /// release that grew with the resources in use). An idle queue is
+    /// dropped between [`LINGER`] and [`LINGER`] + [`REAP_EVERY`] after
+    /// its last waiter left.
+    fn reap_now_and_then(&self, now: Instant) {
+        {
+            let mut next = lock(&self.next_reap);
+            if next.is_some_and(|t| now < t) {
+                return;
+            }
+            *next = Some(now + REAP_EVERY);
+        }
+        self.reap(now);
     }
 
     /// Drops the queues idle for [`LINGER`] and unsubscribes those that
@@ -882,6 +907,37 @@ mod tests {
         // Unknown channels are ignored.
         waits.shared.heard("other", "n3:1");
         waits.shared.confirmed("other", false);
+    }
+
+    /// A leaving waiter scans for idle queues at most once per
+    /// `REAP_EVERY`, and idle queues still go within `LINGER + REAP_EVERY`.
+    #[test]
+    fn leaving_waiters_reap_now_and_then() {
+        let waits = Waits::default();
+        let idle = |n: usize| {
+            for i in 0..n {
+                let key: Arc<str> = format!("k{i}").into();
+                drop(waits.join(&[], &key));
+            }
+        };
+        idle(100);
+        assert_eq!(waits.queues(), 100, "idle queues linger");
+        let later = Instant::now() + 2 * LINGER;
+        waits.shared.reap_now_and_then(later);
+        assert_eq!(waits.queues(), 0, "reaped by a scan after LINGER");
+        // These waiters leave before the next scan is due: none scans, not
+        // even the last one, when the others' LINGER has passed.
+        idle(100);
+        let long_ago = Instant::now().checked_sub(2 * LINGER).unwrap();
+        for queue in waits.shared.lock().values_mut() {
+            queue.idle_since = Some(long_ago);
+        }
+        drop(waits.join(&[], &Arc::from("one more")));
+        assert_eq!(waits.queues(), 101, "a leaving waiter scanned");
+        waits.shared.reap_now_and_then(later + REAP_EVERY / 2);
+        assert_eq!(waits.queues(), 101, "no scan within REAP_EVERY");
+        waits.shared.reap_now_and_then(later + REAP_EVERY);
+        assert_eq!(waits.queues(), 0, "reaped by the next scan");
     }
 
     #[test]

@@ -681,6 +681,43 @@ pub async fn drive(
     all
 }
 
+/// `concurrency` tasks, each on its own resource, running `cycles` cycles
+/// each: a fixed amount of work, for counts that must not depend on time
+/// (instructions per cycle under callgrind, which runs 50 times slower).
+pub async fn drive_count(
+    subject: Arc<Subject>,
+    tag: String,
+    concurrency: usize,
+    cycles: u64,
+) -> Samples {
+    let start = Instant::now();
+    let tasks: Vec<_> = (0..concurrency)
+        .map(|task| {
+            let subject = Arc::clone(&subject);
+            let resource = format!("{tag}:{task}");
+            tokio::spawn(async move {
+                let mut s = Samples::default();
+                for seq in 1..=cycles {
+                    match subject.cycle(&resource, task, seq).await {
+                        Ok(_) => s.ok += 1,
+                        Err(e) => {
+                            s.failed += 1;
+                            s.first_error.get_or_insert(e);
+                        }
+                    }
+                }
+                s
+            })
+        })
+        .collect();
+    let mut all = Samples::default();
+    for task in tasks {
+        all.merge(task.await.expect("bench task panicked"));
+    }
+    all.wall = start.elapsed();
+    all
+}
+
 // ---------------------------------------------------------------------------
 // Contention: many tasks, one resource.
 
@@ -1091,7 +1128,19 @@ pub async fn floor_conns(urls: &[String]) -> Vec<MultiplexedConnection> {
 /// they started a moment ago, which the guard cannot tell from a restart
 /// without data (it would keep them out of quorums for one TTL).
 pub fn bench_builder(urls: &[String]) -> redfence::Builder {
-    redfence::Client::builder(urls.iter().cloned()).restart_guard(redfence::RestartGuard::off())
+    let builder = redfence::Client::builder(urls.iter().cloned())
+        .restart_guard(redfence::RestartGuard::off());
+    // Set by `peers --instructions` for its children under callgrind, which
+    // runs 50 times slower: with the default 100 ms a reply would time out,
+    // and the count would include the timeouts' work (probes, replacement
+    // connections) that a real run never does.
+    match std::env::var("REDFENCE_BENCH_NODE_TIMEOUT_MS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
+        Some(ms) => builder.node_timeout(Duration::from_millis(ms)),
+        None => builder,
+    }
 }
 
 pub fn reset_stats(nodes: &[RedisServer]) {

@@ -238,6 +238,6 @@ impl Drop for Place {
             }
         }
         self.shared.orphaned(orphan);
-        self.shared.reap(now);
+        self.shared.reap_now_and_then(now);
     }
 }
