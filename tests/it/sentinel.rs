@@ -91,6 +91,31 @@ async fn a_sentinel_node_locks_extends_fences_and_wakes_waiters() {
         matches!(&err.node_failures()[0].kind, NodeErrorKind::UnknownMaster { name } if name == "nosuch"),
         "{err}"
     );
+
+    // A Sentinel that names a replica (here: told to watch it as the
+    // master) is not believed: `Demoted`, and nothing is sent to it.
+    let s0 = &group.sentinels[0];
+    assert_eq!(s0.cli(&["SENTINEL", "REMOVE", MASTER_NAME]), "OK");
+    let replica_port = group.servers[1].port().to_string();
+    let monitor = [
+        "SENTINEL",
+        "MONITOR",
+        MASTER_NAME,
+        "127.0.0.1",
+        &replica_port,
+        "2",
+    ];
+    assert_eq!(s0.cli(&monitor), "OK");
+    let split = client_of(&format!(
+        "redis+sentinel://127.0.0.1:{}/{MASTER_NAME}",
+        s0.port()
+    ));
+    let err = split.try_acquire("split", secs(5)).await.unwrap_err();
+    assert!(
+        matches!(&err.node_failures()[0].kind, NodeErrorKind::Demoted { role } if role == "slave"),
+        "{err}"
+    );
+    assert_eq!(group.servers[1].count_keys(&lock_key("split")), 0);
 }
 
 fn client_of(url: &str) -> Client {
