@@ -11,7 +11,9 @@
 //! 1. **Latency, taking turns**: one task runs the two clients cycle by
 //!    cycle (plain, Sentinel, plain, ...) for `REDFENCE_BENCH_SECS`
 //!    (default 4 s) after a warm-up, so drift on the machine hits both
-//!    alike; p50 and p90 of each, and the ratio of the p50s. The master's
+//!    alike; p50 and p90 of each, and the ratio of the p50s; then 200
+//!    cycles of each client alone, counting the commands the master
+//!    processed (`total_commands_processed`) per cycle. The master's
 //!    address is cached in the Sentinel node's connection: the target is a
 //!    ratio ≤ 1.10 (no extra round trip per acquire), reported, not
 //!    asserted.
@@ -88,11 +90,29 @@ fn main() {
         a.sort();
         b.sort();
         let us = |d: Duration| d.as_secs_f64() * 1e6;
+        // Commands the master processed per cycle, each client alone (the
+        // `INFO` that reads the counter counts itself once).
+        let processed = || {
+            let stats = group.servers[0].cli(&["INFO", "stats"]);
+            stats
+                .lines()
+                .find_map(|l| l.strip_prefix("total_commands_processed:"))
+                .and_then(|v| v.trim().parse::<f64>().ok())
+                .expect("total_commands_processed")
+        };
+        let mut per_cycle = Vec::new();
+        for c in [&plain, &through] {
+            let before = processed();
+            for _ in 0..200 {
+                cycle(c, "count").await;
+            }
+            per_cycle.push((processed() - before - 1.0) / 200.0);
+        }
         println!("sentinel node against the same master as a plain node, c=1, taking turns ({} cycles each)", a.len());
-        println!("| node | p50 µs | p90 µs |");
-        println!("|---|---|---|");
-        println!("| plain `redis://` | {:.0} | {:.0} |", us(percentile(&a, 0.5)), us(percentile(&a, 0.9)));
-        println!("| `redis+sentinel://` | {:.0} | {:.0} |", us(percentile(&b, 0.5)), us(percentile(&b, 0.9)));
+        println!("| node | p50 µs | p90 µs | master commands per cycle |");
+        println!("|---|---|---|---|");
+        println!("| plain `redis://` | {:.1} | {:.1} | {:.2} |", us(percentile(&a, 0.5)), us(percentile(&a, 0.9)), per_cycle[0]);
+        println!("| `redis+sentinel://` | {:.1} | {:.1} | {:.2} |", us(percentile(&b, 0.5)), us(percentile(&b, 0.9)), per_cycle[1]);
         let ratio = us(percentile(&b, 0.5)) / us(percentile(&a, 0.5));
         println!(
             "p50 ratio sentinel ÷ plain: {ratio:.3} (target ≤ 1.10: {})",

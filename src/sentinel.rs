@@ -168,35 +168,51 @@ impl Sentinel {
             .iter()
             .map(|client| ask(client, &self.name, timeout))
             .collect();
-        let (mut unknown, mut stale, mut last) = (0usize, 0usize, None);
+        let (mut unknown, mut stale, mut last) = (0usize, Vec::new(), None);
         while let Some(answer) = asks.next().await {
             match answer {
-                Ok(Some(report)) if report.epoch >= newest => {
-                    let url = self.master_url.at(&report.host, report.port);
-                    let info = redis::IntoConnectionInfo::into_connection_info(url.as_str())
-                        .map_err(|e| NodeErrorKind::Redis(std::sync::Arc::new(e)))?;
-                    let client = (self.make)(info)
-                        .map_err(|e| NodeErrorKind::Redis(std::sync::Arc::new(e)))?;
-                    return Ok(Located { client, report });
-                }
-                Ok(Some(_)) => stale += 1,
+                Ok(Some(report)) if report.epoch >= newest => return self.located(report),
+                Ok(Some(report)) => stale.push(report),
                 Ok(None) => unknown += 1,
                 Err(reason) => last = Some(reason),
             }
         }
-        if unknown > 0 && unknown + stale == self.sentinels.len() && stale == 0 {
+        // A majority of the Sentinels agree on a master at a lower epoch
+        // than this node saw: they were redeployed with a fresh
+        // configuration, not lagging behind a failover (a lagging one is
+        // outvoted). Start over from what they say.
+        if let Some(first) = stale.first() {
+            let same = stale
+                .iter()
+                .all(|r| (r.host.as_str(), r.port) == (first.host.as_str(), first.port));
+            if same && stale.len() * 2 > self.sentinels.len() {
+                let report = first.clone();
+                tracing::warn!(master = %self.name, epoch = report.epoch, "a majority of the sentinels report an older config epoch: starting over from it");
+                *self.demotions() = Demotions::default();
+                return self.located(report);
+            }
+        }
+        if unknown > 0 && stale.is_empty() {
             return Err(NodeErrorKind::UnknownMaster {
                 name: self.name.clone(),
             });
         }
         Err(NodeErrorKind::NoSentinel {
             asked: self.sentinels.len(),
-            reason: match (stale, last) {
+            reason: match (stale.len(), last) {
                 (s, _) if s > 0 => format!("{s} named a master older than the last failover seen"),
                 (_, Some(reason)) => reason,
                 _ => String::from("the master name is unknown to some"),
             },
         })
+    }
+
+    fn located(&self, report: Report) -> Result<Located, NodeErrorKind> {
+        let url = self.master_url.at(&report.host, report.port);
+        let info = redis::IntoConnectionInfo::into_connection_info(url.as_str())
+            .map_err(|e| NodeErrorKind::Redis(std::sync::Arc::new(e)))?;
+        let client = (self.make)(info).map_err(|e| NodeErrorKind::Redis(std::sync::Arc::new(e)))?;
+        Ok(Located { client, report })
     }
 
     /// The server `run_id`, named master at `epoch`, may be used: not a
