@@ -116,6 +116,29 @@ async fn a_sentinel_node_locks_extends_fences_and_wakes_waiters() {
         "{err}"
     );
     assert_eq!(group.servers[1].count_keys(&lock_key("split")), 0);
+
+    // The master demoted behind the Sentinels' back (no failover, so no
+    // newer epoch for the watch): its refused write (`READONLY`) is
+    // `Demoted`, and the connection is dropped, so the next request asks
+    // the Sentinels again and refuses the same server (now a replica).
+    assert_eq!(group.servers[1].cli(&["REPLICAOF", "NO", "ONE"]), "OK");
+    assert_eq!(
+        group.servers[0].cli(&["REPLICAOF", "127.0.0.1", &replica_port]),
+        "OK"
+    );
+    let err = client.try_acquire("s", secs(5)).await.unwrap_err();
+    assert!(
+        matches!(&err.node_failures()[0].kind, NodeErrorKind::Demoted { role } if role.contains("READONLY")),
+        "{err}"
+    );
+    let err = client.try_acquire("s", secs(5)).await.unwrap_err();
+    assert!(
+        matches!(
+            &err.node_failures()[0].kind,
+            NodeErrorKind::Demoted { .. } | NodeErrorKind::Backoff { .. }
+        ),
+        "{err}"
+    );
 }
 
 fn client_of(url: &str) -> Client {
