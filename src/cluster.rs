@@ -293,7 +293,7 @@ impl Cluster {
             client,
             self.timeouts,
             Registry::new(1),
-            true,
+            crate::server::Reach::Shard,
         );
         let shard = Arc::new(Shard {
             server,

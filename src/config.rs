@@ -10,10 +10,11 @@ use redis::{ConnectionAddr, ConnectionInfo, IntoConnectionInfo};
 use crate::autoextend::AutoExtend;
 use crate::cluster::{Cluster, MakeClient};
 use crate::error::ConfigError;
-use crate::node::{Node, NodeTimeouts, Registry, Server};
+use crate::node::{Node, NodeTimeouts, Reach, Registry, Server};
 use crate::resource::Layout;
 use crate::restart::RestartGuard;
 use crate::retry::Retry;
+use crate::sentinel::{self, Sentinel};
 use crate::tls::{self, Tls};
 use crate::validity::DriftFactor;
 
@@ -50,6 +51,11 @@ pub(crate) struct Config {
 /// A Redis Cluster is one node: `redis+cluster://[user][:password@]host:port`
 /// (`rediss+cluster://` for TLS) names one of its nodes, from which the
 /// client reads the others; [`NodeSpec::cluster`] takes several seeds.
+/// A master watched by Redis Sentinel is one node:
+/// `redis+sentinel://[user][:password@]host1:26379,host2:26379/mastername[/db]`
+/// (`rediss+sentinel://` for TLS to the master and the Sentinels; the
+/// credentials are the master's), or [`NodeSpec::sentinel`]; see README,
+/// "Redis Sentinel".
 /// Its `Debug` never shows a password.
 #[derive(Clone)]
 pub struct NodeSpec(Spec);
@@ -74,6 +80,37 @@ impl NodeSpec {
         S: Into<NodeSpec>,
     {
         NodeSpec(Spec::Cluster(seeds.into_iter().map(Into::into).collect()))
+    }
+
+    /// A master watched by Redis Sentinel, as one node (one vote): the
+    /// Sentinels' `host:port` addresses and the master's name in their
+    /// configuration. The same as
+    /// `redis+sentinel://host1:port1,host2:port2/name`; use that form for
+    /// a password or TLS.
+    ///
+    /// ```
+    /// let node = redfence::NodeSpec::sentinel(["10.0.0.1:26379", "10.0.0.2:26379"], "mymaster");
+    /// assert!(node.is_sentinel());
+    /// ```
+    pub fn sentinel<I, S>(sentinels: I, master: &str) -> NodeSpec
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        let hosts: Vec<String> = sentinels
+            .into_iter()
+            .map(|s| s.as_ref().to_owned())
+            .collect();
+        NodeSpec(Spec::Url(format!(
+            "redis+sentinel://{}/{master}",
+            hosts.join(",")
+        )))
+    }
+
+    /// Whether this spec is a Sentinel-managed master (`redis+sentinel://`,
+    /// `rediss+sentinel://` or [`NodeSpec::sentinel`]).
+    pub fn is_sentinel(&self) -> bool {
+        matches!(&self.0, Spec::Url(url) if sentinel::parse_url(url).is_some())
     }
 
     /// Whether this spec is a Redis Cluster (`redis+cluster://` or
@@ -169,7 +206,13 @@ pub(crate) fn nodes(
             },
             Spec::Info(_) => Vec::new(),
         };
-        let (node, addrs) = if seeds.is_empty() {
+        let sentinel = match &spec.0 {
+            Spec::Url(url) => sentinel::parse_url(url),
+            _ => None,
+        };
+        let (node, addrs) = if let Some(parsed) = sentinel {
+            sentinel_node(index, spec, parsed, tls, timeouts, &registry)?
+        } else if seeds.is_empty() {
             let (client, addr, db) = parse_node(index, spec, tls)?;
             let server = Server::new(
                 index,
@@ -178,7 +221,7 @@ pub(crate) fn nodes(
                 client,
                 timeouts,
                 Arc::clone(&registry),
-                false,
+                Reach::Plain,
             );
             (Node::server(server), vec![addr])
         } else {
@@ -247,6 +290,59 @@ fn cluster_node(
         tls.cloned(),
     );
     Ok((Node::cluster(index, name, cluster), addrs))
+}
+
+/// A Sentinel node: one server whose address the Sentinels give at each
+/// connect; also one `sentinel:name@host:port` per Sentinel, for the
+/// duplicate check (two groups of one set of Sentinels are independent).
+fn sentinel_node(
+    index: usize,
+    spec: &NodeSpec,
+    parsed: Result<sentinel::Parsed, &'static str>,
+    tls: Option<&Tls>,
+    timeouts: NodeTimeouts,
+    registry: &Arc<Registry>,
+) -> Result<(Arc<Node>, Vec<String>), ConfigError> {
+    let shown = format!("{spec:?}");
+    let parsed = parsed.map_err(|reason| ConfigError::UnsupportedUrl {
+        index,
+        url: shown.clone(),
+        reason,
+    })?;
+    let scheme = parsed.master_url.scheme;
+    // Each Sentinel and the master's URL (at a Sentinel's address, as a
+    // stand-in) go through the plain nodes' checks: TLS feature and
+    // settings, credentials, database.
+    let mut clients = Vec::with_capacity(parsed.sentinels.len());
+    let mut addrs = Vec::with_capacity(parsed.sentinels.len());
+    for (host, port) in &parsed.sentinels {
+        let url = NodeSpec::from(format!("{scheme}://{host}:{port}"));
+        let (client, addr, _) = parse_node(index, &url, tls)?;
+        clients.push(client);
+        addrs.push(format!("sentinel:{}@{addr}", parsed.name));
+    }
+    let (host, port) = &parsed.sentinels[0];
+    let stand_in = NodeSpec::from(parsed.master_url.at(host, *port));
+    let (placeholder, _, db) = parse_node(index, &stand_in, tls).map_err(|e| match e {
+        ConfigError::InvalidUrl { source, .. } => ConfigError::InvalidUrl {
+            index,
+            url: shown.clone(),
+            source,
+        },
+        other => other,
+    })?;
+    let name = format!("sentinel:{}@{host}:{port}", parsed.name);
+    let group = Sentinel::new(parsed.name, clients, parsed.master_url, make_client(tls));
+    let server = Server::new(
+        index,
+        name,
+        db,
+        placeholder,
+        timeouts,
+        Arc::clone(registry),
+        Reach::Sentinel(Arc::new(group)),
+    );
+    Ok((Node::server(server), addrs))
 }
 
 /// Makes a cluster master's client from a seed's settings: with the TLS

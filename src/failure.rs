@@ -190,6 +190,32 @@ pub enum NodeErrorKind {
     /// after the decision are not reported).
     #[error("skipped: not sent to this node")]
     Skipped,
+    /// A Sentinel node (`redis+sentinel://`): no Sentinel said where the
+    /// master is within the node's connect timeout (each was asked at
+    /// once). `reason` is the last one's failure. Transient.
+    #[error("none of {asked} sentinels named the master: {reason}")]
+    NoSentinel {
+        /// How many Sentinels were asked.
+        asked: usize,
+        /// Why the last one gave no usable answer.
+        reason: String,
+    },
+    /// A Sentinel node: every Sentinel that answered knows no master of
+    /// this name. Permanent (a typo in the URL's master name).
+    #[error("the sentinels know no master named {name:?}")]
+    UnknownMaster {
+        /// The master name the node was given.
+        name: String,
+    },
+    /// A Sentinel node: the server the Sentinels named is not, or no
+    /// longer, the group's master (a replica, a Sentinel that lags behind a
+    /// failover, a demoted master that refused a write with `READONLY`).
+    /// Not used; the next request asks the Sentinels again. Transient.
+    #[error("the sentinels' master is not usable: {role}")]
+    Demoted {
+        /// What it is instead.
+        role: String,
+    },
     /// Any other error from Redis (script error, OOM, unexpected reply).
     #[error("redis error")]
     Redis(#[source] Arc<redis::RedisError>),
@@ -214,6 +240,7 @@ impl NodeErrorKind {
             | NodeErrorKind::NotMaster { .. }
             | NodeErrorKind::ClusterMode
             | NodeErrorKind::NotCluster
+            | NodeErrorKind::UnknownMaster { .. }
             | NodeErrorKind::SameServer { .. } => true,
             NodeErrorKind::Backoff { last, .. } => last.is_permanent(),
             _ => false,
@@ -238,6 +265,9 @@ impl NodeErrorKind {
                 | NodeErrorKind::Restarted { .. }
                 | NodeErrorKind::Reseeding
                 | NodeErrorKind::Skipped
+                | NodeErrorKind::NoSentinel { .. }
+                | NodeErrorKind::UnknownMaster { .. }
+                | NodeErrorKind::Demoted { .. }
         )
     }
 

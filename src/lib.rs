@@ -174,6 +174,7 @@ mod request;
 mod resource;
 mod restart;
 mod retry;
+mod sentinel;
 mod server;
 mod slot;
 mod stats;

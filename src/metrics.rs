@@ -275,6 +275,9 @@ mod imp {
             NodeErrorKind::Stalled { .. } => "Stalled",
             NodeErrorKind::Restarted { .. } => "Restarted",
             NodeErrorKind::Reseeding => "Reseeding",
+            NodeErrorKind::NoSentinel { .. } => "NoSentinel",
+            NodeErrorKind::UnknownMaster { .. } => "UnknownMaster",
+            NodeErrorKind::Demoted { .. } => "Demoted",
             NodeErrorKind::Redis(_) => "Redis",
         })
     }

@@ -10,7 +10,7 @@ use crate::cluster::{Cluster, Routed};
 use crate::failure::NodeErrorKind;
 use crate::wire::scripts::Script;
 
-pub(crate) use crate::server::{NodeTimeouts, Registry, Server, Settled, Vote};
+pub(crate) use crate::server::{NodeTimeouts, Reach, Registry, Server, Settled, Vote};
 
 #[derive(Debug)]
 pub(crate) struct Node {

@@ -242,6 +242,11 @@ impl Lineage {
         Verdict::Votes
     }
 
+    /// The `run_id` of the server known now.
+    pub(crate) fn run_id(&self) -> Option<&str> {
+        self.known.as_ref().map(|k| k.run_id.as_str())
+    }
+
     /// The latest start of the known server, if it is `run_id`.
     pub(crate) fn started(&self, run_id: &str) -> Option<Instant> {
         self.known

@@ -35,6 +35,7 @@ use redis::{
 use crate::failure::NodeErrorKind;
 use crate::metrics::NodeGauges;
 use crate::restart;
+use crate::sentinel::Sentinel;
 use crate::tls;
 use crate::wire::scripts::{lock_scripts, sharded_scripts, Script};
 use crate::wire::{info, probe};
@@ -182,6 +183,23 @@ pub(crate) struct Server {
     /// A master shard of a Redis Cluster node: `redis_mode:cluster` is
     /// expected, not refused.
     shard: bool,
+    /// A Sentinel-managed master (`sentinel.rs`): every connect asks the
+    /// Sentinels where it is; `client` is then only a placeholder.
+    sentinel: Option<Arc<Sentinel>>,
+    /// The Sentinel watch (`watch_sentinels`) was started.
+    watching: AtomicBool,
+}
+
+/// How a server is reached.
+#[derive(Debug)]
+pub(crate) enum Reach {
+    /// A plain node, at its URL.
+    Plain,
+    /// A master shard of a Redis Cluster node: `redis_mode:cluster` is
+    /// expected, not refused.
+    Shard,
+    /// A Sentinel-managed master, wherever the Sentinels say it is.
+    Sentinel(Arc<Sentinel>),
 }
 
 /// What a request that counts toward a quorum needs from the restart guard.
@@ -226,10 +244,17 @@ impl Server {
         client: redis::Client,
         timeouts: NodeTimeouts,
         registry: Arc<Registry>,
-        shard: bool,
+        reach: Reach,
     ) -> Arc<Self> {
+        let shard = matches!(reach, Reach::Shard);
+        let sentinel = match reach {
+            Reach::Sentinel(sentinel) => Some(sentinel),
+            _ => None,
+        };
         Arc::new_cyclic(|me| Server {
             shard,
+            sentinel,
+            watching: AtomicBool::new(false),
             index,
             addr,
             db,
@@ -272,8 +297,17 @@ impl Server {
 
     /// For the subscription connection, which is not multiplexed with the
     /// lock commands (a subscribed connection accepts no other commands).
-    pub(crate) fn redis_client(&self) -> &redis::Client {
-        &self.client
+    /// On a Sentinel node, the master the last connect reached.
+    pub(crate) fn redis_client(&self) -> redis::Client {
+        self.sentinel
+            .as_ref()
+            .and_then(|s| s.current())
+            .unwrap_or_else(|| self.client.clone())
+    }
+
+    /// The Sentinels of a Sentinel node.
+    pub(crate) fn sentinel(&self) -> Option<&Arc<Sentinel>> {
+        self.sentinel.as_ref()
     }
 
     pub(crate) fn connect_timeout(&self) -> Duration {
@@ -618,13 +652,13 @@ impl Server {
         inner.next_replacement = now + self.timeouts.connect;
         let (old_generation, mut old_conn) = (old.generation, old.conn.clone());
         let (client, timeout, me) = (self.client.clone(), self.timeouts.connect, self.me.clone());
-        let shard = self.shard;
+        let (shard, sentinel) = (self.shard, self.sentinel.clone());
         runtime.spawn(async move {
             let token = format!("redfence-{:016x}", rand::random::<u64>());
             let mut ping = redis::cmd("PING");
             ping.arg(&token);
             let (fresh, echo) = futures::future::join(
-                tokio::time::timeout(timeout, handshake(&client, timeout, shard)),
+                tokio::time::timeout(timeout, reach(&client, sentinel.as_deref(), timeout, shard)),
                 tokio::time::timeout(timeout, ping.query_async::<Value>(&mut old_conn)),
             )
             .await;
@@ -714,16 +748,21 @@ impl Server {
         let generation = inner.next_generation;
         inner.next_generation += 1;
         let (client, shard) = (self.client.clone(), self.shard);
+        let sentinel = self.sentinel.clone();
         let timeout = self.timeouts.connect;
         // The future holds a Weak: the node owns the future (in its state), so
         // a strong reference here would be a cycle that leaks both.
         let me = self.me.clone();
         let fut = async move {
-            let result =
-                match tokio::time::timeout(timeout, handshake(&client, timeout, shard)).await {
-                    Ok(r) => r,
-                    Err(_) => Err(NodeErrorKind::Timeout(timeout)),
-                };
+            let result = match tokio::time::timeout(
+                timeout,
+                reach(&client, sentinel.as_deref(), timeout, shard),
+            )
+            .await
+            {
+                Ok(r) => r,
+                Err(_) => Err(NodeErrorKind::Timeout(timeout)),
+            };
             match me.upgrade() {
                 Some(node) => node.finish_connect(generation, result),
                 None => result.map(|(conn, identity)| Connected {
@@ -782,6 +821,7 @@ impl Server {
         match &result {
             Ok(connected) => {
                 tracing::debug!(node = %self.addr, run_id = %connected.identity.run_id, "connected");
+                self.watch_sentinels();
                 inner.backoff = self.timeouts.backoff_min;
                 inner.state = State::Ready(connected.clone());
                 // A new connection starts with a clean slate.
@@ -821,10 +861,15 @@ impl Server {
         generation: u64,
         identity: Identity,
     ) -> Connected {
-        if self
-            .lineage()
-            .observe(&identity.run_id, identity.uptime, Instant::now())
-        {
+        let mut lineage = self.lineage();
+        let previous = lineage.run_id().map(str::to_owned);
+        if lineage.observe(&identity.run_id, identity.uptime, Instant::now()) {
+            // The master it replaced is never used again for the group.
+            if let (Some(sentinel), Some(previous)) = (&self.sentinel, previous) {
+                if previous != identity.run_id {
+                    sentinel.demote(&previous);
+                }
+            }
             tracing::warn!(node = %self.addr, run_id = %identity.run_id, uptime = ?identity.uptime, "another server (restarted, replaced or promoted): counted as started now");
         }
         Connected {
@@ -834,9 +879,74 @@ impl Server {
         }
     }
 
+    /// On a Sentinel node, from its first connection on: every
+    /// [`SENTINEL_WATCH`] (at least, or every node timeout when longer) the
+    /// Sentinels are asked for the master, off the lock path; a failover
+    /// since the connection's master was admitted (a higher config epoch)
+    /// drops that connection and demotes its server, so a master that a
+    /// failover replaced while it kept answering (paused, partitioned from
+    /// the Sentinels) is not asked again. The task ends with the node.
+    fn watch_sentinels(&self) {
+        let Some(sentinel) = self.sentinel.clone() else {
+            return;
+        };
+        if self.watching.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            self.watching.store(false, Ordering::Release);
+            return;
+        };
+        let me = self.me.clone();
+        let timeout = self.timeouts.connect;
+        let every = self.timeouts.probe.max(SENTINEL_WATCH);
+        runtime.spawn(async move {
+            loop {
+                tokio::time::sleep(every).await;
+                if me.strong_count() == 0 {
+                    return;
+                }
+                let Ok(located) = sentinel.locate(timeout).await else {
+                    continue;
+                };
+                if located.report.epoch <= sentinel.epoch() {
+                    continue;
+                }
+                let Some(node) = me.upgrade() else { return };
+                node.master_replaced();
+            }
+        });
+    }
+
+    /// The Sentinels replaced the master of the current connection.
+    fn master_replaced(&self) {
+        let mut inner = self.lock_inner();
+        if let (State::Ready(c), Some(sentinel)) = (&inner.state, &self.sentinel) {
+            sentinel.demote(&c.identity.run_id);
+            tracing::warn!(node = %self.addr, "the sentinels switched masters: reconnecting");
+            inner.state = State::Idle;
+            self.gauges.up(&self.addr, false);
+        }
+    }
+
     /// Classifies a command error; a broken connection is dropped so the next
     /// call reconnects (and re-checks identity).
     fn command_failed(&self, generation: u64, e: RedisError, sent: Sent<'_>) -> NodeErrorKind {
+        if let (Some(sentinel), Some("READONLY")) = (&self.sentinel, e.code()) {
+            // The Sentinels demoted this master: it is never used again for
+            // the group, and the next request asks them where the new one is.
+            let mut inner = self.lock_inner();
+            if let State::Ready(c) = &inner.state {
+                if c.generation == generation {
+                    sentinel.demote(&c.identity.run_id);
+                    inner.state = State::Idle;
+                    self.gauges.up(&self.addr, false);
+                }
+            }
+            return NodeErrorKind::Demoted {
+                role: String::from("replica (refused a write: READONLY)"),
+            };
+        }
         let broken = e.is_io_error() || e.is_connection_dropped() || e.is_unrecoverable_error();
         if broken {
             let mut inner = self.lock_inner();
@@ -870,6 +980,34 @@ pub(crate) fn classify(e: RedisError, command: &str) -> NodeErrorKind {
     } else {
         NodeErrorKind::Redis(Arc::new(e))
     }
+}
+
+/// The handshake with the node's server; on a Sentinel node, with the
+/// master the Sentinels name (see `sentinel.rs`): a server that is not a
+/// master, or a master this node saw replaced, is refused (`Demoted`), and
+/// its uptime counts only from when the Sentinel first knew it as master.
+async fn reach(
+    client: &redis::Client,
+    sentinel: Option<&Sentinel>,
+    timeout: Duration,
+    shard: bool,
+) -> Result<(MultiplexedConnection, Identity), NodeErrorKind> {
+    let Some(sentinel) = sentinel else {
+        return handshake(client, timeout, shard).await;
+    };
+    let located = sentinel.locate(timeout).await?;
+    let (conn, mut identity) = match handshake(&located.client, timeout, shard).await {
+        Err(NodeErrorKind::NotMaster { role }) => return Err(NodeErrorKind::Demoted { role }),
+        other => other?,
+    };
+    if !sentinel.admit(&identity.run_id, located.report.epoch) {
+        return Err(NodeErrorKind::Demoted {
+            role: String::from("master replaced by a failover"),
+        });
+    }
+    identity.uptime = identity.uptime.min(located.report.master_for);
+    sentinel.set_current(located.client);
+    Ok((conn, identity))
 }
 
 /// TCP connect, AUTH (from the URL), then `INFO server` and `ROLE` pipelined
@@ -976,6 +1114,9 @@ async fn handshake(
     };
     Ok((conn, identity))
 }
+
+/// The shortest interval of a Sentinel node's watch for failovers.
+const SENTINEL_WATCH: Duration = Duration::from_millis(500);
 
 /// What [`Server::run_request`] sends.
 #[derive(Clone, Copy)]

@@ -40,7 +40,21 @@ impl Subscription {
     pub(crate) async fn connect(node: &Node) -> RedisResult<Subscription> {
         match node.kind() {
             Kind::Server(server) => {
-                let pubsub = server.redis_client().get_async_pubsub().await?;
+                // A Sentinel node's notices come from the master the
+                // Sentinels name now.
+                let client = match server.sentinel() {
+                    Some(sentinel) => {
+                        sentinel
+                            .locate(server.connect_timeout())
+                            .await
+                            .map_err(|e| {
+                                redis::RedisError::from(std::io::Error::other(e.to_string()))
+                            })?
+                            .client
+                    }
+                    None => server.redis_client(),
+                };
+                let pubsub = client.get_async_pubsub().await?;
                 let (sink, stream) = pubsub.split();
                 Ok(Subscription::Plain(sink, stream))
             }

@@ -69,8 +69,10 @@ pub(crate) struct Args {
 #[derive(Debug, ClapArgs)]
 pub(crate) struct Common {
     /// The Redis masters, comma-separated: redis://[user:pass@]host:port[/db],
-    /// rediss:// (with the `tls` feature), unix:///path, or a whole Redis
-    /// Cluster as one node: redis+cluster://[user:pass@]host:port.
+    /// rediss:// (with the `tls` feature), unix:///path, a whole Redis
+    /// Cluster as one node: redis+cluster://[user:pass@]host:port, or a
+    /// Sentinel-managed master as one node:
+    /// redis+sentinel://host1:26379,host2:26379/mastername.
     #[arg(
         long,
         env = "REDFENCE_NODES",
@@ -237,4 +239,57 @@ pub(crate) struct Bench {
     /// JSON output.
     #[arg(long)]
     pub(crate) json: bool,
+}
+
+/// Rejoins a Sentinel URL's hosts, which `--nodes` split at their commas:
+/// `redis+sentinel://a:1`, `b:2/m` is `redis+sentinel://a:1,b:2/m`. An item
+/// without a scheme continues the Sentinel URL before it while that URL
+/// has not yet named its master.
+pub(crate) fn join_sentinel_hosts(items: Vec<String>) -> Vec<String> {
+    let mut joined: Vec<String> = Vec::with_capacity(items.len());
+    for item in items {
+        let open = joined.last().is_some_and(|last| {
+            let lower = last.to_ascii_lowercase();
+            (lower.starts_with("redis+sentinel://") || lower.starts_with("rediss+sentinel://"))
+                && !last
+                    .split_once("://")
+                    .is_some_and(|(_, rest)| rest.contains('/'))
+        });
+        match joined.last_mut() {
+            Some(last) if open && !item.contains("://") => {
+                last.push(',');
+                last.push_str(item.trim());
+            }
+            _ => joined.push(item),
+        }
+    }
+    joined
+}
+
+#[cfg(test)]
+mod sentinel_tests {
+    use super::join_sentinel_hosts;
+
+    #[test]
+    fn sentinel_hosts_are_rejoined() {
+        let items = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            join_sentinel_hosts(items(&[
+                "redis://a:1",
+                "redis+sentinel://s1:26379",
+                "s2:26379",
+                "s3:26379/m",
+                "redis://b:2",
+            ])),
+            items(&[
+                "redis://a:1",
+                "redis+sentinel://s1:26379,s2:26379,s3:26379/m",
+                "redis://b:2",
+            ])
+        );
+        assert_eq!(
+            join_sentinel_hosts(items(&["redis+sentinel://s1/m", "x:1"])),
+            items(&["redis+sentinel://s1/m", "x:1"])
+        );
+    }
 }

@@ -23,10 +23,11 @@ use clap::{CommandFactory, Parser as _};
 use cli::{Args, Command, Common};
 
 fn main() {
-    let args = match Args::try_parse() {
+    let mut args = match Args::try_parse() {
         Ok(args) => args,
         Err(e) => std::process::exit(usage_error(&e)),
     };
+    args.common.nodes = cli::join_sentinel_hosts(std::mem::take(&mut args.common.nodes));
     let code = run(args);
     let _ = std::io::stdout().flush();
     std::process::exit(code);

@@ -11,6 +11,10 @@
 mod cluster;
 #[path = "../../tests/support/process.rs"]
 mod process;
+#[path = "../../tests/support/proxy.rs"]
+mod proxy;
+#[path = "../../tests/support/sentinel.rs"]
+mod sentinel;
 #[path = "../../tests/support/server.rs"]
 mod server;
 
@@ -525,6 +529,24 @@ fn doctor_exits_2_on_errors_1_on_warnings_0_when_clean() {
     let out = doctor(&twice, false);
     assert_eq!(out.status.code(), Some(2), "{}", stdout(&out));
     assert!(stdout(&out).contains("same run_id"), "{}", stdout(&out));
+}
+
+/// A Sentinel node through `--nodes` (its commas rejoined): `doctor`
+/// reports the group and warns about what a failover loses.
+#[test]
+fn doctor_reports_a_sentinel_group() {
+    let group = sentinel::SentinelGroup::start();
+    let mut cmd = redfence(&[group.url()]);
+    cmd.arg("doctor");
+    let out = output(&mut cmd);
+    let text = stdout(&out);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(text.contains("min-replicas-to-write 0"), "{text}");
+    assert!(text.contains("a failover loses the locks"), "{text}");
+    let mut cmd = redfence(&[group.url()]);
+    cmd.args(["doctor", "--json"]);
+    let json = stdout(&output(&mut cmd));
+    assert!(json.contains("3 of 3 sentinels answer, quorum 2"), "{json}");
 }
 
 #[test]

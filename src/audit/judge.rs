@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use super::report::{
-    fmt_ms, fmt_offset, fmt_uptime, Check, ClockSample, Finding, NodeAudit, Observed,
+    fmt_ms, fmt_offset, fmt_uptime, Check, ClockSample, Finding, NodeAudit, Observed, SentinelSeen,
 };
 use crate::wire::info::{info_field, parse_role, parse_version, role_from_info, uptime, Role};
 
@@ -32,6 +32,9 @@ const RECOMMENDED_VERSION: (u32, u32, u32) = (6, 2, 0);
 /// comparison, which needs all nodes.
 pub(crate) fn assess(index: usize, addr: &str, seen: &Observed) -> NodeAudit {
     let mut audit = NodeAudit::empty(index, addr);
+    if let Some(group) = &seen.sentinel {
+        sentinel_group(&mut audit, group);
+    }
     if seen.auth_refused {
         let cause = match (&seen.failure, &seen.role) {
             (Some(failure), _) => failure.as_str(),
@@ -105,8 +108,16 @@ pub(crate) fn assess(index: usize, addr: &str, seen: &Observed) -> NodeAudit {
         }
     }
     audit.role = role.as_ref().map(|r| r.name.clone());
-    if let Some(finding) = role_finding(role.as_ref(), role_error, seen.in_cluster) {
-        audit.push(finding);
+    match (&seen.sentinel, role.as_ref()) {
+        (Some(_), Some(role)) if role_error.is_none() && role.name == "master" => {
+            audit.push(Finding::info(Check::Role, "master"));
+            sentinel_master(&mut audit, role, config_value(&seen.min_replicas));
+        }
+        _ => {
+            if let Some(finding) = role_finding(role.as_ref(), role_error, seen.in_cluster) {
+                audit.push(finding);
+            }
+        }
     }
 
     audit.run_id = field("run_id").filter(|id| !id.is_empty());
@@ -196,6 +207,97 @@ pub(crate) fn assess(index: usize, addr: &str, seen: &Observed) -> NodeAudit {
 /// A `CONFIG GET` value, when the server gave one.
 fn config_value(answer: &Option<Result<Option<String>, String>>) -> Option<String> {
     answer.as_ref()?.as_ref().ok()?.clone()
+}
+
+/// A Sentinel node's group as its Sentinels see it: who answers, the
+/// quorum, the master they name.
+pub(crate) fn sentinel_group(audit: &mut NodeAudit, group: &SentinelSeen) {
+    let asked = group.answers.len();
+    let reports: Vec<_> = group.answers.iter().flatten().flatten().collect();
+    let unknown = group
+        .answers
+        .iter()
+        .filter(|a| matches!(a, Ok(None)))
+        .count();
+    let Some(newest) = reports.iter().max_by_key(|r| r.epoch) else {
+        audit.push(Finding::error(
+            Check::Sentinel,
+            if unknown > 0 {
+                format!(
+                    "{unknown} of {asked} sentinels know no master named {:?}: the client cannot find this node's master",
+                    group.name
+                )
+            } else {
+                format!(
+                    "none of {asked} sentinels answers: the client cannot find this node's master, so it cannot vote"
+                )
+            },
+        ));
+        return;
+    };
+    audit.push(Finding::info(
+        Check::Sentinel,
+        format!(
+            "group {:?}: master {}:{} (config epoch {}), {} of {asked} sentinels answer, quorum {}, each knows {} other{}",
+            group.name,
+            newest.host,
+            newest.port,
+            newest.epoch,
+            reports.len(),
+            newest.quorum,
+            newest.other_sentinels,
+            if newest.other_sentinels == 1 { "" } else { "s" },
+        ),
+    ));
+    if (reports.len() as u64) < newest.quorum {
+        audit.push(Finding::warning(
+            Check::Sentinel,
+            format!(
+                "only {} of {asked} sentinels answer, fewer than the quorum {}: a failover of this master may not be agreed on",
+                reports.len(),
+                newest.quorum
+            ),
+        ));
+    }
+    if reports
+        .iter()
+        .any(|r| (r.host.as_str(), r.port) != (newest.host.as_str(), newest.port))
+    {
+        audit.push(Finding::warning(
+            Check::Sentinel,
+            "the sentinels name different masters (a failover under way, or a split): the client follows the newest config epoch",
+        ));
+    }
+}
+
+/// A Sentinel node's master: its replicas, `min-replicas-to-write`, and
+/// what a failover costs.
+pub(crate) fn sentinel_master(audit: &mut NodeAudit, role: &Role, min_replicas: Option<String>) {
+    let replicas = if role.replicas.is_empty() {
+        String::from("no connected replica (nothing to fail over to)")
+    } else {
+        format!("replicas {}", role.replicas.join(", "))
+    };
+    audit.push(Finding::warning(
+        Check::Sentinel,
+        format!(
+            "{replicas}: replication is asynchronous, so a failover loses the locks the promoted replica had not received; the client counts the promoted master as started at its promotion and keeps it out of quorums for the restart guard's window (keep the guard on): one window without this node's vote, and in single-node mode without any lock"
+        ),
+    ));
+    match min_replicas.as_deref().map(str::parse::<u64>) {
+        Some(Ok(0)) => audit.push(Finding::warning(
+            Check::Sentinel,
+            "min-replicas-to-write 0: a master cut off from its replicas and the sentinels keeps granting locks after a failover elected another, and those grants are lost when it is demoted; set min-replicas-to-write 1 (and min-replicas-max-lag) so that it refuses them",
+        )),
+        Some(Ok(n)) => audit.push(Finding::info(
+            Check::Sentinel,
+            format!("min-replicas-to-write {n}: a master cut off from its replicas refuses writes"),
+        )),
+        _ => audit.push(Finding::info(
+            Check::Sentinel,
+            "min-replicas-to-write unknown (CONFIG refused)",
+        )),
+    }
 }
 
 fn role_finding(

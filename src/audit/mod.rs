@@ -35,6 +35,8 @@ struct Visit {
     client: redis::Client,
     timeout: Duration,
     in_cluster: bool,
+    /// A Sentinel node's master: what its Sentinels said.
+    sentinel: Option<report::SentinelSeen>,
 }
 
 /// The servers of `node`: itself, or a cluster's masters (the slot map read
@@ -43,13 +45,39 @@ struct Visit {
 async fn visits(node: &Node) -> Vec<Visit> {
     let timeout = node.connect_timeout();
     match node.kind() {
-        Kind::Server(server) => vec![Visit {
-            index: node.index(),
-            addr: node.addr().to_owned(),
-            client: server.redis_client().clone(),
-            timeout,
-            in_cluster: false,
-        }],
+        Kind::Server(server) => match server.sentinel() {
+            None => vec![Visit {
+                index: node.index(),
+                addr: node.addr().to_owned(),
+                client: server.redis_client(),
+                timeout,
+                in_cluster: false,
+                sentinel: None,
+            }],
+            Some(group) => {
+                // The master the Sentinels name now, and each one's answer.
+                let (located, answers) =
+                    futures::future::join(group.locate(timeout), group.survey(timeout)).await;
+                let (addr, client) = match located {
+                    Ok(l) => (
+                        format!("{} master {}:{}", node.addr(), l.report.host, l.report.port),
+                        l.client,
+                    ),
+                    Err(_) => (node.addr().to_owned(), server.redis_client()),
+                };
+                vec![Visit {
+                    index: node.index(),
+                    addr,
+                    client,
+                    timeout,
+                    in_cluster: false,
+                    sentinel: Some(report::SentinelSeen {
+                        name: group.name().to_owned(),
+                        answers,
+                    }),
+                }]
+            }
+        },
         Kind::Cluster(cluster) => {
             let _ = tokio::time::timeout(timeout, cluster.refresh(None)).await;
             let mut servers: Vec<Visit> = cluster
@@ -58,9 +86,10 @@ async fn visits(node: &Node) -> Vec<Visit> {
                 .map(|server| Visit {
                     index: node.index(),
                     addr: format!("{} master {}", node.addr(), server.addr()),
-                    client: server.redis_client().clone(),
+                    client: server.redis_client(),
                     timeout,
                     in_cluster: true,
+                    sentinel: None,
                 })
                 .collect();
             if servers.is_empty() {
@@ -71,6 +100,7 @@ async fn visits(node: &Node) -> Vec<Visit> {
                         client,
                         timeout,
                         in_cluster: true,
+                        sentinel: None,
                     });
                 }
             }
@@ -96,9 +126,12 @@ pub(crate) async fn run(nodes: &[Arc<Node>]) -> Audit {
     )
     .await;
     let mut audits: Vec<NodeAudit> = visits
-        .iter()
-        .zip(&observed)
-        .map(|(visit, seen)| judge::assess(visit.index, &visit.addr, seen))
+        .into_iter()
+        .zip(observed)
+        .map(|(visit, mut seen)| {
+            seen.sentinel = visit.sentinel;
+            judge::assess(visit.index, &visit.addr, &seen)
+        })
         .collect();
     judge::compare_run_ids(&mut audits);
     for audit in &mut audits {

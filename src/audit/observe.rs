@@ -66,13 +66,14 @@ async fn probe(
     // One round trip: the commands are queued together on the multiplexed
     // connection, but each keeps its own reply, so a refused `CONFIG`
     // (renamed, or an ACL without it) does not hide the `INFO` answer.
-    let (role, info, policy, appendonly, appendfsync, save) = tokio::join!(
+    let (role, info, policy, appendonly, appendfsync, save, min_replicas) = tokio::join!(
         query_raw(&conn, redis::cmd("ROLE")),
         query_raw(&conn, redis::cmd("INFO")),
         config_get(&conn, "maxmemory-policy"),
         config_get(&conn, "appendonly"),
         config_get(&conn, "appendfsync"),
         config_get(&conn, "save"),
+        config_get(&conn, "min-replicas-to-write"),
     );
     seen.first_reply = Some(started.elapsed());
     // Without a password in the URL nothing is sent at connect, and a
@@ -89,6 +90,7 @@ async fn probe(
     seen.appendonly = Some(appendonly);
     seen.appendfsync = Some(appendfsync);
     seen.save = Some(save);
+    seen.min_replicas = Some(min_replicas);
 
     // Sequential, so each round trip is measured alone.
     for _ in 0..CLOCK_SAMPLES {

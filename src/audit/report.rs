@@ -298,6 +298,9 @@ pub enum Check {
     Uptime,
     /// The node's clock against this client's.
     Clock,
+    /// A Sentinel node: the Sentinels' view of the group, and what a
+    /// failover costs (`min-replicas-to-write`, the restart guard).
+    Sentinel,
 }
 
 impl fmt::Display for Check {
@@ -311,12 +314,21 @@ impl fmt::Display for Check {
             Check::Version => "version",
             Check::Uptime => "uptime",
             Check::Clock => "clock",
+            Check::Sentinel => "sentinel",
         })
     }
 }
 
 // ---------------------------------------------------------------------------
 // What the probe heard: the raw answers, before any judgement.
+
+/// What the Sentinels of a Sentinel node said, one answer each:
+/// `Ok(None)` from one that knows no master of that name.
+#[derive(Debug, Default, Clone)]
+pub(crate) struct SentinelSeen {
+    pub(crate) name: String,
+    pub(crate) answers: Vec<Result<Option<crate::sentinel::Report>, String>>,
+}
 
 /// The raw answers of one node, before any judgement. Each `Option` is
 /// `None` when the question was never asked (the probe stopped first).
@@ -341,6 +353,10 @@ pub(crate) struct Observed {
     pub(crate) appendonly: Option<Result<Option<String>, String>>,
     pub(crate) appendfsync: Option<Result<Option<String>, String>>,
     pub(crate) save: Option<Result<Option<String>, String>>,
+    /// `CONFIG GET min-replicas-to-write`.
+    pub(crate) min_replicas: Option<Result<Option<String>, String>>,
+    /// A Sentinel node's master: what each Sentinel said of the group.
+    pub(crate) sentinel: Option<SentinelSeen>,
     pub(crate) samples: Vec<ClockSample>,
     /// Why clock sampling stopped before all its samples were taken.
     pub(crate) time_error: Option<String>,

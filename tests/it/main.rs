@@ -29,6 +29,7 @@ mod pregrant;
 mod proxy;
 mod resp3;
 mod restart;
+mod sentinel;
 mod sockets;
 mod spans;
 #[cfg(feature = "tls")]

@@ -5,6 +5,7 @@ pub mod cluster;
 pub mod postgres;
 pub mod process;
 pub mod proxy;
+pub mod sentinel;
 pub mod server;
 
 pub use server::*;

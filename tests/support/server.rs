@@ -86,6 +86,10 @@ pub struct ServerOptions {
     /// connection at all. The harness itself talks to it over its Unix
     /// socket (always on for a TLS server), so it needs no TLS client.
     pub tls: Option<ServerTls>,
+    /// A Sentinel (`redis-server <conf> --sentinel`) with this
+    /// configuration, written into the server's directory at launch
+    /// (Sentinel rewrites it, so it must be writable).
+    pub sentinel_conf: Option<String>,
     /// Appended after the generated arguments; later directives win, so
     /// these can also override the defaults (e.g. `--loglevel verbose`).
     pub extra_args: Vec<String>,
@@ -311,7 +315,14 @@ impl RedisServer {
             Some(_) => (0, Some(self.port())),
             None => (self.port(), None),
         };
-        let mut a: Vec<String> = vec![
+        let mut a: Vec<String> = Vec::new();
+        if o.sentinel_conf.is_some() {
+            a.extend([
+                self.dir.join("sentinel.conf").display().to_string(),
+                "--sentinel".into(),
+            ]);
+        }
+        a.extend([
             "--port".into(),
             port.to_string(),
             "--bind".into(),
@@ -332,7 +343,7 @@ impl RedisServer {
             "warning".into(),
             "--logfile".into(),
             self.log_path().display().to_string(),
-        ];
+        ]);
         if let (Some(tls), Some(tls_port)) = (&o.tls, tls_port) {
             let file = |name: &str| self.dir.join(name).display().to_string();
             a.extend([
@@ -411,6 +422,14 @@ impl RedisServer {
         fs::create_dir_all(self.dir.path())
             .unwrap_or_else(|e| panic!("creating {}: {e}", self.dir.path().display()));
         let log_start = fs::metadata(self.log_path()).map_or(0, |m| m.len());
+        if let Some(conf) = &self.opts.sentinel_conf {
+            // Once: a restarted Sentinel keeps what it rewrote.
+            let path = self.dir.join("sentinel.conf");
+            if !path.exists() {
+                fs::write(&path, conf)
+                    .unwrap_or_else(|e| panic!("writing {}: {e}", path.display()));
+            }
+        }
         if let Some(tls) = &self.opts.tls {
             for (name, pem) in [
                 ("tls.crt", &tls.cert_pem),

@@ -32,6 +32,8 @@ fn healthy() -> Observed {
         appendonly: config("yes"),
         appendfsync: config("always"),
         save: config(""),
+        min_replicas: config("0"),
+        sentinel: None,
         samples: (0..3)
             .map(|i| ClockSample {
                 node_us: 1_000_000_100 + i * 1000,
@@ -492,5 +494,112 @@ fn every_message_follows_the_house_style() {
     }
     for f in &findings {
         assert_style(&f.message);
+    }
+}
+
+fn sentinel_report(port: u16, epoch: u64) -> crate::sentinel::Report {
+    crate::sentinel::Report {
+        host: "10.0.0.1".into(),
+        port,
+        epoch,
+        master_for: Duration::from_secs(60),
+        quorum: 2,
+        other_sentinels: 2,
+        flags: "master".into(),
+    }
+}
+
+#[test]
+fn a_sentinel_group_is_reported_with_its_quorum_and_failover_cost() {
+    let replicated = Observed {
+        role: Some(Ok(Value::Array(vec![
+            bulk("master"),
+            Value::Int(0),
+            Value::Array(vec![Value::Array(vec![
+                bulk("10.0.0.2"),
+                bulk("6379"),
+                bulk("0"),
+            ])]),
+        ]))),
+        sentinel: Some(SentinelSeen {
+            name: "m".into(),
+            answers: vec![
+                Ok(Some(sentinel_report(6379, 1))),
+                Err("no answer".into()),
+                Ok(Some(sentinel_report(6380, 0))),
+            ],
+        }),
+        ..healthy()
+    };
+    let audit = assess(0, "sentinel:m@s1:26379", &replicated);
+    let text: Vec<String> = audit
+        .findings
+        .iter()
+        .filter(|f| f.check == Check::Sentinel)
+        .map(|f| format!("{:?} {}", f.severity, f.message))
+        .collect();
+    let all = text.join("\n");
+    // The newest epoch's master; 2 of 3 answer, the quorum is 2.
+    assert!(
+        all.contains("master 10.0.0.1:6379 (config epoch 1), 2 of 3 sentinels answer, quorum 2"),
+        "{all}"
+    );
+    assert!(
+        all.contains("Warning the sentinels name different masters"),
+        "{all}"
+    );
+    assert!(
+        all.contains("Warning replicas 10.0.0.2:6379: replication is asynchronous"),
+        "{all}"
+    );
+    assert!(all.contains("Warning min-replicas-to-write 0"), "{all}");
+    assert!(!all.contains("fewer than the quorum"), "{all}");
+    // The plain replicated-master warning is replaced by the group's.
+    assert_eq!(only(&audit, Check::Role).severity, Severity::Info);
+
+    // One answer under a quorum of 2, min-replicas set.
+    let lone = Observed {
+        min_replicas: config("1"),
+        sentinel: Some(SentinelSeen {
+            name: "m".into(),
+            answers: vec![Ok(Some(sentinel_report(6379, 0))), Err("refused".into())],
+        }),
+        ..healthy()
+    };
+    let audit = assess(0, "s", &lone);
+    let all: Vec<String> = audit.findings.iter().map(|f| f.message.clone()).collect();
+    let all = all.join("\n");
+    assert!(all.contains("fewer than the quorum 2"), "{all}");
+    assert!(
+        all.contains("min-replicas-to-write 1: a master cut off"),
+        "{all}"
+    );
+    assert!(all.contains("no connected replica"), "{all}");
+
+    // No Sentinel answers, or none knows the name: an error.
+    for (answers, said) in [
+        (
+            vec![Err("refused".to_owned())],
+            "none of 1 sentinels answers",
+        ),
+        (vec![Ok(None)], "know no master named \"m\""),
+    ] {
+        let seen = Observed {
+            sentinel: Some(SentinelSeen {
+                name: "m".into(),
+                answers,
+            }),
+            failure: Some("no master".into()),
+            first_reply: None,
+            ..healthy()
+        };
+        let audit = assess(0, "s", &seen);
+        let error = audit
+            .findings
+            .iter()
+            .find(|f| f.check == Check::Sentinel)
+            .unwrap();
+        assert_eq!(error.severity, Severity::Error);
+        assert!(error.message.contains(said), "{}", error.message);
     }
 }

@@ -1,0 +1,417 @@
+//! Redis Sentinel nodes (`redis+sentinel://`) against real groups: a
+//! master, a replica and three Sentinels per test (tests/support/sentinel.rs).
+//! A failover is a restart: the promoted replica, which missed the last
+//! acquire (its replication cut before it), counts as started at its
+//! promotion; the guard-off control shows the second holder it would give.
+//! Each test has its own group, so the failovers run concurrently.
+
+use std::time::{Duration, Instant};
+
+use redfence::{Client, ConfigError, NodeErrorKind, NodeSpec, RestartGuard, Retry};
+
+use crate::helpers::{eventually, lock_key, ms, notice_channel, secs};
+use crate::support::sentinel::{SentinelGroup, MASTER_NAME};
+use crate::support::RedisServer;
+
+fn client(nodes: Vec<NodeSpec>, guard: RestartGuard) -> Client {
+    Client::builder(nodes)
+        .node_timeout(ms(500))
+        .restart_guard(guard)
+        .build()
+        .unwrap()
+}
+
+/// The lock's operations through the Sentinels, with the builder form; and
+/// a master name the Sentinels do not know, a typed permanent error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sentinel_node_locks_extends_fences_and_wakes_waiters() {
+    let group = SentinelGroup::start();
+    let ports: Vec<String> = group
+        .sentinels
+        .iter()
+        .map(|s| format!("127.0.0.1:{}", s.port()))
+        .collect();
+    let spec = NodeSpec::sentinel(&ports, MASTER_NAME);
+    assert!(spec.is_sentinel());
+    // Classic waiters, woken by the release notice on the master.
+    let client = Client::builder([spec])
+        .node_timeout(ms(500))
+        .restart_guard(RestartGuard::off())
+        .fair(false)
+        .build()
+        .unwrap();
+    let first = client.acquire("s", secs(5)).await.unwrap();
+    assert_eq!(group.servers[0].count_keys(&lock_key("s")), 1);
+    assert!(first.extend(secs(10)).await.unwrap() > secs(5));
+    let t1 = first.token().unwrap().get();
+    let waiter = tokio::spawn({
+        let client = client.clone();
+        async move {
+            client
+                .lock("s", secs(5))
+                // A fallback far beyond the test: only a notice wakes it.
+                .retry(
+                    Retry::new()
+                        .with_max_wait(secs(60))
+                        .with_delay(secs(50))
+                        .with_jitter(Duration::ZERO),
+                )
+                .acquire()
+                .await
+        }
+    });
+    let master = &group.servers[0];
+    let channel = notice_channel(&lock_key("s"));
+    assert!(
+        eventually(secs(10), || master
+            .cli(&["PUBSUB", "NUMSUB", &channel])
+            .ends_with('1'))
+        .await,
+        "the waiter never subscribed on the master"
+    );
+    tokio::time::sleep(ms(100)).await;
+    first.release().await;
+    let second = tokio::time::timeout(secs(20), waiter)
+        .await
+        .expect("woken by the notice")
+        .unwrap()
+        .unwrap();
+    assert!(second.token().unwrap().get() > t1);
+    second.release().await;
+
+    // The audit: the group as the Sentinels see it, and the failover's cost.
+    let audit = client.audit().await;
+    let text = format!("{audit:#}");
+    assert!(text.contains("3 of 3 sentinels answer, quorum 2"), "{text}");
+    assert!(text.contains("a failover loses the locks"), "{text}");
+    assert!(text.contains("min-replicas-to-write 0"), "{text}");
+    let unknown = client_of(&group.url().replace(MASTER_NAME, "nosuch"));
+    let err = unknown.acquire("s", secs(5)).await.unwrap_err();
+    assert!(
+        matches!(&err.node_failures()[0].kind, NodeErrorKind::UnknownMaster { name } if name == "nosuch"),
+        "{err}"
+    );
+
+    // A Sentinel that names a replica (here: told to watch it as the
+    // master) is not believed: `Demoted`, and nothing is sent to it.
+    let s0 = &group.sentinels[0];
+    assert_eq!(s0.cli(&["SENTINEL", "REMOVE", MASTER_NAME]), "OK");
+    let replica_port = group.servers[1].port().to_string();
+    let monitor = [
+        "SENTINEL",
+        "MONITOR",
+        MASTER_NAME,
+        "127.0.0.1",
+        &replica_port,
+        "2",
+    ];
+    assert_eq!(s0.cli(&monitor), "OK");
+    let split = client_of(&format!(
+        "redis+sentinel://127.0.0.1:{}/{MASTER_NAME}",
+        s0.port()
+    ));
+    let err = split.try_acquire("split", secs(5)).await.unwrap_err();
+    assert!(
+        matches!(&err.node_failures()[0].kind, NodeErrorKind::Demoted { role } if role == "slave"),
+        "{err}"
+    );
+    assert_eq!(group.servers[1].count_keys(&lock_key("split")), 0);
+
+    // The master demoted behind the Sentinels' back (no failover, so no
+    // newer epoch for the watch): its refused write (`READONLY`) is
+    // `Demoted`, and the connection is dropped, so the next request asks
+    // the Sentinels again and refuses the same server (now a replica).
+    assert_eq!(group.servers[1].cli(&["REPLICAOF", "NO", "ONE"]), "OK");
+    assert_eq!(
+        group.servers[0].cli(&["REPLICAOF", "127.0.0.1", &replica_port]),
+        "OK"
+    );
+    let err = client.try_acquire("s", secs(5)).await.unwrap_err();
+    assert!(
+        matches!(&err.node_failures()[0].kind, NodeErrorKind::Demoted { role } if role.contains("READONLY")),
+        "{err}"
+    );
+    let err = client.try_acquire("s", secs(5)).await.unwrap_err();
+    assert!(
+        matches!(
+            &err.node_failures()[0].kind,
+            NodeErrorKind::Demoted { .. } | NodeErrorKind::Backoff { .. }
+        ),
+        "{err}"
+    );
+}
+
+fn client_of(url: &str) -> Client {
+    client(vec![NodeSpec::from(url)], RestartGuard::off())
+}
+
+/// Sentinels that do not answer: each is asked within the node timeout,
+/// and the node fails with `NoSentinel`, never hangs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_sentinel_answering_is_a_typed_error() {
+    // Servers started and killed: their ports refuse connections.
+    let mut dead: Vec<RedisServer> = (0..2).map(|_| RedisServer::start()).collect();
+    let url = format!(
+        "redis+sentinel://127.0.0.1:{},127.0.0.1:{}/{MASTER_NAME}",
+        dead[0].port(),
+        dead[1].port()
+    );
+    for server in &mut dead {
+        server.kill();
+    }
+    let client = client_of(&url);
+    let started = Instant::now();
+    let err = client.try_acquire("s", secs(5)).await.unwrap_err();
+    assert!(started.elapsed() < secs(10));
+    let kind = &err.node_failures()[0].kind;
+    let no_sentinel = |k: &NodeErrorKind| matches!(k, NodeErrorKind::NoSentinel { asked: 2, .. });
+    assert!(
+        no_sentinel(kind)
+            || matches!(kind, NodeErrorKind::Backoff { last, .. } if no_sentinel(last)),
+        "{err}"
+    );
+}
+
+/// Malformed Sentinel URLs are refused at build time.
+#[test]
+fn malformed_sentinel_urls_are_config_errors() {
+    for url in [
+        "redis+sentinel://127.0.0.1:26379",
+        "redis+sentinel://127.0.0.1:26379/",
+        "redis+sentinel://127.0.0.1:port/m",
+        "redis+sentinel://127.0.0.1:1,,127.0.0.1:2/m",
+        "redis+sentinel://127.0.0.1:1/m/notadb",
+    ] {
+        match Client::new([url]) {
+            Err(ConfigError::UnsupportedUrl { index: 0, .. }) => {}
+            other => panic!("{url}: {other:?}"),
+        }
+    }
+    // The same Sentinels and name twice: one vote listed twice.
+    let url = "redis+sentinel://127.0.0.1:1/m";
+    assert!(matches!(
+        Client::new([url, url]),
+        Err(ConfigError::DuplicateNode { .. })
+    ));
+}
+
+/// The lease of the lock the replica misses, and the guard's window.
+const TTL: Duration = Duration::from_secs(10);
+
+/// A failover while a lock is held: the replica, cut off from replication,
+/// misses the acquire; the master dies; the Sentinels promote the replica.
+/// Guarded, no second holder inside the lease (across the reconnects the
+/// attempts make) and the next token is above the lost one; the control
+/// (guard off) shows the second holder with the lost holder's token.
+async fn failover_while_held(guarded: bool) {
+    let mut group = SentinelGroup::start();
+    let guard = if guarded {
+        RestartGuard::new().with_window(TTL)
+    } else {
+        RestartGuard::off()
+    };
+    let client = client(vec![NodeSpec::from(group.url())], guard);
+    // The master older than the window (as the Sentinels know it) before
+    // the first vote.
+    tokio::time::sleep(TTL + ms(1500)).await;
+    let warm = client.acquire("f", TTL).await.unwrap();
+    warm.release().await;
+    let fence_key = client.fence_key("f");
+    let (master, replica) = (&group.servers[0], &group.servers[1]);
+    // The replica has the fence and the release (an empty lock key).
+    assert!(
+        eventually(secs(10), || {
+            let m = master.cli(&["GET", &fence_key]);
+            !m.is_empty()
+                && replica.cli(&["GET", &fence_key]) == m
+                && matches!(replica.cli(&["GET", &lock_key("f")]).as_str(), "" | "(nil)")
+        })
+        .await,
+        "the replica never had the fence and the release"
+    );
+    group.cut_replication();
+    let first = client.acquire("f", TTL).await.unwrap();
+    let lost = first.token().unwrap().get();
+    group.servers[0].kill();
+    // Attempts inside the lease, as the failover happens and after.
+    let (mut attempts, mut quarantined, mut second, mut last) = (0, 0, None, String::new());
+    let mut promoted = false;
+    while first.validity() > ms(300) {
+        promoted = promoted || group.servers[1].cli(&["ROLE"]).starts_with("master");
+        attempts += 1;
+        match client.try_acquire("f", TTL).await {
+            Ok(Some(guard)) => {
+                second = Some((guard.token().unwrap().get(), first.validity()));
+                break;
+            }
+            Ok(None) => last = String::from("contended"),
+            Err(e) => {
+                last = e.to_string();
+                quarantined += usize::from(e.node_failures().iter().any(|f| {
+                    matches!(
+                        f.kind,
+                        NodeErrorKind::Restarted { .. } | NodeErrorKind::Reseeding
+                    )
+                }));
+            }
+        }
+        tokio::time::sleep(ms(100)).await;
+    }
+    assert!(promoted, "no failover inside the lease");
+    if guarded {
+        assert_eq!(
+            second, None,
+            "a second holder inside the lease, lost token {lost}"
+        );
+        assert!(
+            quarantined >= 1,
+            "{attempts} attempts, none met the quarantine"
+        );
+        // A fresh client (no lineage) also counts the promoted replica as
+        // started at its promotion (the Sentinels' role-reported-time).
+        let fresh = self::client(vec![NodeSpec::from(group.url())], guard);
+        let err = fresh.try_acquire("f", TTL).await.unwrap_err();
+        assert!(
+            matches!(err.node_failures()[0].kind, NodeErrorKind::Restarted { .. }),
+            "{err}"
+        );
+        let next = client
+            .lock("f", TTL)
+            .retry(Retry::new().with_max_wait(secs(30)))
+            .acquire()
+            .await
+            .expect("granted after the window");
+        let token = next.token().unwrap().get();
+        assert!(token > lost, "token {token} after the lost holder's {lost}");
+        next.release().await;
+    } else {
+        let (token, left) = second.unwrap_or_else(|| {
+            panic!(
+                "the control shows no second holder after {attempts} attempts, the last: {last}; the promoted replica's lock key: {:?}",
+                group.servers[1].cli(&["GET", &lock_key("f")])
+            )
+        });
+        assert!(left > Duration::ZERO);
+        assert!(
+            token <= lost,
+            "the control's token {token}, the lost {lost}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failover_is_a_restart_for_the_guard() {
+    failover_while_held(true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_the_guard_a_failover_gives_a_second_holder() {
+    failover_while_held(false).await;
+}
+
+/// `EVALSHA` calls the server ran or refused (`INFO commandstats`).
+fn evalsha_stats(server: &RedisServer) -> String {
+    server
+        .cli(&["INFO", "commandstats"])
+        .lines()
+        .find(|l| l.starts_with("cmdstat_evalsha:"))
+        .unwrap_or_default()
+        .to_owned()
+}
+
+/// A graceful failover (`SENTINEL FAILOVER`) demotes a master that keeps
+/// answering: its refused write drops the connection, the Sentinels are
+/// asked again, and the demoted server gets no lock command after that.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_demoted_master_is_not_used() {
+    let group = SentinelGroup::start();
+    let client = client(vec![NodeSpec::from(group.url())], RestartGuard::off());
+    client.acquire("d", secs(5)).await.unwrap().release().await;
+    group.failover();
+    group.wait_master(1);
+    // The node's watch of the Sentinels (every 500 ms here) sees the
+    // switch, whether or not the old master was already reconfigured.
+    tokio::time::sleep(secs(2)).await;
+    let granted = client
+        .lock("d", secs(5))
+        .retry(Retry::new().with_max_wait(secs(20)))
+        .acquire()
+        .await
+        .expect("granted by the new master");
+    assert_eq!(group.servers[1].count_keys(&lock_key("d")), 1);
+    granted.release().await;
+    let before = evalsha_stats(&group.servers[0]);
+    for _ in 0..10 {
+        client.acquire("d", secs(5)).await.unwrap().release().await;
+    }
+    assert_eq!(
+        evalsha_stats(&group.servers[0]),
+        before,
+        "the demoted master was asked"
+    );
+}
+
+/// A Sentinel group as one of three nodes: during its failover (and its
+/// new master's window) it loses its vote, and the set keeps granting.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sentinel_group_in_three_nodes_loses_one_vote_in_its_failover() {
+    let mut group = SentinelGroup::start();
+    let plain: Vec<RedisServer> = (0..2).map(|_| RedisServer::start()).collect();
+    let window = secs(3);
+    let mut nodes = vec![NodeSpec::from(group.url())];
+    nodes.extend(plain.iter().map(|s| NodeSpec::from(s.url())));
+    let client = client(nodes, RestartGuard::new().with_window(window));
+    tokio::time::sleep(window + ms(1500)).await;
+    client.acquire("g", secs(2)).await.unwrap().release().await;
+    group.servers[0].kill();
+    let end = Instant::now() + DOWN_AND_WINDOW;
+    let (mut granted, mut promoted_at, mut without_it) = (0, None, 0);
+    while Instant::now() < end {
+        if promoted_at.is_none() && group.servers[1].cli(&["ROLE"]).starts_with("master") {
+            promoted_at = Some(Instant::now());
+        }
+        let guard = client
+            .lock("g", secs(2))
+            .retry(Retry::new().with_max_wait(secs(3)))
+            .acquire()
+            .await
+            .expect("the set keeps granting");
+        // Held by the two plain nodes alone while the promoted master is
+        // in its window (a second before its end, for margin).
+        if promoted_at.is_some_and(|t: Instant| t.elapsed() + secs(1) < window) {
+            assert_eq!(
+                group.servers[1].count_keys(&lock_key("g")),
+                0,
+                "the promoted master voted inside its window"
+            );
+            without_it += 1;
+        }
+        guard.release().await;
+        granted += 1;
+        tokio::time::sleep(ms(50)).await;
+    }
+    assert!(
+        promoted_at.is_some() && granted > 10 && without_it >= 1,
+        "{granted} grants, {without_it} without the promoted master, promoted {promoted_at:?}"
+    );
+    // Its window over, the new master votes again.
+    let back = eventually(secs(15), || group.servers[1].count_keys(&lock_key("g")) > 0);
+    let holder = tokio::spawn({
+        let client = client.clone();
+        async move {
+            loop {
+                let guard = client.acquire("g", secs(2)).await;
+                if let Ok(guard) = guard {
+                    tokio::time::sleep(ms(20)).await;
+                    guard.release().await;
+                }
+            }
+        }
+    });
+    let rejoined = back.await;
+    holder.abort();
+    assert!(rejoined, "the new master never held a lock again");
+}
+
+/// Down-after, the election and the new master's window, with margin.
+const DOWN_AND_WINDOW: Duration = Duration::from_secs(8);

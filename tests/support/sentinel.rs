@@ -1,0 +1,173 @@
+//! A real Redis Sentinel group on loopback: a master, one replica and
+//! three Sentinels (`redis-server <conf> --sentinel`), each a
+//! [`RedisServer`] on a free port, killed on drop.
+//!
+//! The replica replicates through a [`FaultProxy`], so a test can cut it off
+//! from the master ([`SentinelGroup::cut_replication`]) and make it miss the
+//! last writes before a failover promotes it: the asynchronous-replication
+//! loss a Sentinel failover really has. The Sentinels would eventually
+//! "fix" a replica whose master address differs from theirs, so the
+//! failover timeout (which is also that grace) is long; failovers here are
+//! decided by `down-after-milliseconds` and end as soon as the one replica
+//! is promoted.
+
+// Each includer (the integration tests, the CLI's) uses a different subset.
+#![allow(dead_code)]
+
+use std::thread;
+use std::time::{Duration, Instant};
+
+use super::proxy::{Fault, FaultProxy};
+use super::server::{RedisServer, ServerOptions};
+
+/// The master's name in the Sentinels' configuration.
+pub const MASTER_NAME: &str = "mymaster";
+/// How long the Sentinels wait before they call a silent master down.
+pub const DOWN_AFTER: Duration = Duration::from_millis(1500);
+/// Bounds every wait of this harness.
+const WAIT: Duration = Duration::from_secs(30);
+
+/// A master, a replica (through a proxy) and three Sentinels.
+#[derive(Debug)]
+pub struct SentinelGroup {
+    /// `servers[0]` starts as the master, `servers[1]` as its replica.
+    pub servers: Vec<RedisServer>,
+    pub sentinels: Vec<RedisServer>,
+    replication: FaultProxy,
+}
+
+impl SentinelGroup {
+    /// Starts the group and returns once every Sentinel knows the replica
+    /// and the two other Sentinels (so a failover can be authorised).
+    pub fn start() -> SentinelGroup {
+        let master = RedisServer::start();
+        let replication =
+            FaultProxy::start(std::net::SocketAddr::from(([127, 0, 0, 1], master.port())))
+                .expect("replication proxy");
+        let replica = RedisServer::start_with(ServerOptions {
+            replica_of: Some(replication.port()),
+            ..ServerOptions::default()
+        });
+        let conf = format!(
+            "sentinel resolve-hostnames no\n\
+             sentinel announce-ip 127.0.0.1\n\
+             sentinel monitor {MASTER_NAME} 127.0.0.1 {} 2\n\
+             sentinel down-after-milliseconds {MASTER_NAME} {}\n\
+             sentinel failover-timeout {MASTER_NAME} 60000\n",
+            master.port(),
+            DOWN_AFTER.as_millis()
+        );
+        let sentinels = (0..3)
+            .map(|_| {
+                RedisServer::start_with(ServerOptions {
+                    sentinel_conf: Some(conf.clone()),
+                    ..ServerOptions::default()
+                })
+            })
+            .collect();
+        let group = SentinelGroup {
+            servers: vec![master, replica],
+            sentinels,
+            replication,
+        };
+        group.wait_until("the replica in sync and the sentinels acquainted", |g| {
+            g.servers[1]
+                .cli(&["INFO", "replication"])
+                .contains("master_link_status:up")
+                && g.sentinels.iter().all(|s| {
+                    let m = s.cli(&["SENTINEL", "MASTER", MASTER_NAME]);
+                    field(&m, "num-other-sentinels") == Some("2")
+                        && field(&m, "num-slaves") == Some("1")
+                })
+        });
+        group
+    }
+
+    /// `redis+sentinel://127.0.0.1:p1,127.0.0.1:p2,127.0.0.1:p3/mymaster`.
+    pub fn url(&self) -> String {
+        let hosts: Vec<String> = self
+            .sentinels
+            .iter()
+            .map(|s| format!("127.0.0.1:{}", s.port()))
+            .collect();
+        format!("redis+sentinel://{}/{MASTER_NAME}", hosts.join(","))
+    }
+
+    /// The port the first Sentinel that answers names as master.
+    pub fn master_port(&self) -> u16 {
+        for s in self.sentinels.iter().filter(|s| s.is_running()) {
+            let reply = s.cli(&["SENTINEL", "GET-MASTER-ADDR-BY-NAME", MASTER_NAME]);
+            if let Some(port) = reply.lines().nth(1).and_then(|p| p.parse().ok()) {
+                return port;
+            }
+        }
+        panic!("no sentinel names a master")
+    }
+
+    /// The server the Sentinels name as master.
+    pub fn master(&mut self) -> &mut RedisServer {
+        let port = self.master_port();
+        self.servers
+            .iter_mut()
+            .find(|s| s.port() == port)
+            .expect("the sentinels name a server of the group")
+    }
+
+    /// The replica stops receiving the master's writes (its replication
+    /// connection is reset, and so is every reconnect); returns once the
+    /// replica and the master both see the link down.
+    pub fn cut_replication(&self) {
+        self.replication.set(Fault::Reset);
+        self.wait_until("the replication link down", |g| {
+            g.replication.open_connections() == 0
+                && g.servers[1]
+                    .cli(&["INFO", "replication"])
+                    .contains("master_link_status:down")
+                && g.servers[0]
+                    .cli(&["INFO", "replication"])
+                    .contains("connected_slaves:0")
+        });
+    }
+
+    /// `SENTINEL FAILOVER`: a forced failover, without agreement.
+    pub fn failover(&self) {
+        let reply = self.sentinels[0].cli(&["SENTINEL", "FAILOVER", MASTER_NAME]);
+        assert_eq!(reply, "OK", "SENTINEL FAILOVER: {reply}");
+    }
+
+    /// Waits until every Sentinel names `servers[index]` and it answers
+    /// `ROLE` as a master.
+    pub fn wait_master(&self, index: usize) {
+        let port = self.servers[index].port().to_string();
+        self.wait_until(&format!("server {index} the master"), |g| {
+            g.servers[index].cli(&["ROLE"]).starts_with("master")
+                && g.sentinels.iter().all(|s| {
+                    s.cli(&["SENTINEL", "GET-MASTER-ADDR-BY-NAME", MASTER_NAME])
+                        .lines()
+                        .nth(1)
+                        == Some(port.as_str())
+                })
+        });
+    }
+
+    fn wait_until(&self, what: &str, mut done: impl FnMut(&Self) -> bool) {
+        let deadline = Instant::now() + WAIT;
+        while !done(self) {
+            assert!(
+                Instant::now() < deadline,
+                "sentinel group: not {what} after {WAIT:?}"
+            );
+            thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+/// A field of a flattened `SENTINEL MASTER` reply (names and values on
+/// alternate lines).
+pub fn field<'a>(reply: &'a str, name: &str) -> Option<&'a str> {
+    let lines: Vec<&str> = reply.lines().collect();
+    lines
+        .chunks(2)
+        .find(|pair| pair.first() == Some(&name))
+        .and_then(|pair| pair.get(1).copied())
+}
