@@ -31,6 +31,12 @@ mod resp3;
 mod restart;
 mod sockets;
 mod spans;
+#[cfg(any(
+    feature = "sqlx-postgres",
+    feature = "sqlx-mysql",
+    feature = "sqlx-sqlite"
+))]
+mod sqlx_stores;
 #[cfg(feature = "tls")]
 mod tls;
 mod waiting;
