@@ -52,14 +52,15 @@ use redfence::sqlx::mysql::FencedTable;
 use redfence::{Client, StoreError};
 use sqlx::mysql::{MySqlArguments, MySqlPool, MySqlPoolOptions};
 use sqlx::Arguments;
+use tokio::sync::oneshot;
 
 use common::BoxError;
 use mariadb_server::MariaDbServer;
 
 /// Short, so that Bob does not wait long for Alice's lease to run out.
 const LOCK_TTL: Duration = Duration::from_millis(400);
-/// Alice's pause: well past her lease.
-const PAUSE: Duration = Duration::from_millis(1200);
+/// Bounds every wait between the two buyers.
+const STEP_TIMEOUT: Duration = Duration::from_secs(30);
 const SKU: &str = "sku-1";
 const COUPON: &str = "SPRING10";
 
@@ -207,7 +208,7 @@ async fn buy(
     shop: &Shop,
     buyer: &str,
     fenced: bool,
-    pause: Option<Duration>,
+    pause: Option<Pause>,
 ) -> Result<Purchase, BoxError> {
     let resource = format!("sale:{SKU}:{}", shop.stock);
     client
@@ -226,8 +227,12 @@ async fn buy(
             }
             println!("{buyer}: holds the lock (token {token}), reads stock {quantity}");
             if let Some(pause) = pause {
-                println!("{buyer}: paused for {pause:?}; the lease ({LOCK_TTL:?}) runs out");
-                tokio::time::sleep(pause).await;
+                println!("{buyer}: paused; the lease ({LOCK_TTL:?}) runs out");
+                let _ = pause.paused.send(());
+                // Until the other buyer is done: a pause of any length past
+                // the lease, made deterministic (a loaded machine cannot
+                // reorder the story).
+                tokio::time::timeout(STEP_TIMEOUT, pause.resume).await??;
                 println!("{buyer}: resumes, lease valid: {}", lease.is_valid());
             }
 
@@ -298,15 +303,29 @@ async fn buy(
         .await?
 }
 
+/// Alice's pause: she says when it starts, and it lasts until Bob is done.
+struct Pause {
+    paused: oneshot::Sender<()>,
+    resume: oneshot::Receiver<()>,
+}
+
 /// Alice reads and pauses past her lease; Bob buys meanwhile; Alice
 /// resumes and writes.
 async fn race(client: &Client, shop: &Shop, fenced: bool) -> Result<Report, BoxError> {
     shop.reset().await?;
-    let alice = buy(client, shop, "alice", fenced, Some(PAUSE));
+    let (paused_tx, paused_rx) = oneshot::channel();
+    let (resume_tx, resume_rx) = oneshot::channel();
+    let pause = Pause {
+        paused: paused_tx,
+        resume: resume_rx,
+    };
+    let alice = buy(client, shop, "alice", fenced, Some(pause));
     let bob = async {
-        // After Alice's lease has run out, while she is still paused.
-        tokio::time::sleep(LOCK_TTL * 2).await;
-        buy(client, shop, "bob", fenced, None).await
+        tokio::time::timeout(STEP_TIMEOUT, paused_rx).await??;
+        // Bob's acquire waits until Alice's lease has run out.
+        let bought = buy(client, shop, "bob", fenced, None).await;
+        let _ = resume_tx.send(());
+        bought
     };
     let (alice, bob) = tokio::join!(alice, bob);
     let (alice, bob) = (alice?, bob?);
