@@ -45,8 +45,9 @@
 //! - **SQLite**: one writer for the whole database, so the fenced write
 //!   waits (`busy_timeout`, 5 s in sqlx) for the other writer's commit.
 //!   Begin a transaction that will write with its fenced write (or `BEGIN
-//!   IMMEDIATE`): a deferred transaction that read first and then writes
-//!   gets `SQLITE_BUSY` at once when another connection has written.
+//!   IMMEDIATE`): a deferred transaction that read before another
+//!   connection committed cannot write on its old snapshot (in WAL mode
+//!   `SQLITE_BUSY_SNAPSHOT` at once, no waiting).
 //!
 //! Tokens are `BIGINT` (8-byte `INTEGER` in SQLite) in every backend, so
 //! every token this crate hands out (below 2^53) is stored exactly;

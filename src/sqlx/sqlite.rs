@@ -9,8 +9,9 @@
 //! is in token order, as with PostgreSQL's row lock (but every writer
 //! waits, not only those on the same row). Start a transaction that writes
 //! with its fenced write, or with `BEGIN IMMEDIATE`: a deferred
-//! transaction that has read and then writes fails with `SQLITE_BUSY` at
-//! once (no waiting) when another connection has written since, a
+//! transaction that read before another connection committed cannot write
+//! on its old snapshot; in WAL mode its write fails at once with
+//! `SQLITE_BUSY_SNAPSHOT` (no waiting), a
 //! [`StatementError`](super::StatementError) to retry like a serialization
 //! failure.
 //!

@@ -438,6 +438,56 @@ macro_rules! backend_tests {
                 assert!(FencedTable::new("a; DROP TABLE x", "id", "fence").is_err());
             }
 
+            /// Each call is bounded: a fenced update waiting on another
+            /// transaction's lock (the database's, on SQLite) past the
+            /// bound is `StoreError::Timeout`. The driver stops waiting but
+            /// does not cancel: the statement may still land once the lock
+            /// is free (it did on PostgreSQL and MariaDB here), still
+            /// fenced, which is why a transaction is rolled back after a
+            /// timeout.
+            #[tokio::test]
+            async fn a_fenced_update_blocked_by_a_lock_times_out() {
+                let (_keep, pool) = $pool().await;
+                let (table, fenced) = user_table(&pool, "blocked").await;
+                let mut holder = pool.begin().await.unwrap();
+                fenced.update(&mut *holder, "a".to_owned(), &set_val(), val("held"), t(3)).await.unwrap();
+                let short = fenced.clone().timeout(ms(300));
+                let started = Instant::now();
+                let e = short.update(&pool, "a".to_owned(), &set_val(), val("blocked"), t(4)).await.unwrap_err();
+                assert!(matches!(e, redfence::StoreError::Timeout(d) if d == ms(300)), "{e:?}");
+                assert!(started.elapsed() < secs(10), "{:?}", started.elapsed());
+                holder.rollback().await.unwrap();
+                let after = row(&pool, &table, "a").await.unwrap();
+                assert!(
+                    after == ("v0".to_owned(), 0) || after == ("blocked".to_owned(), 4),
+                    "{after:?}"
+                );
+            }
+
+            /// `insert_if_absent` whose INSERT meets a duplicate in another
+            /// unique index: typed, never a wrong `Existing`. MySQL's plain
+            /// INSERT reports a duplicate whichever index it hit, and no
+            /// row with the key is there: `Vanished`. PostgreSQL's and
+            /// SQLite's `ON CONFLICT (key)` covers only the key: the other
+            /// index's violation is the INSERT's error.
+            #[tokio::test]
+            async fn a_duplicate_in_another_unique_index_is_typed() {
+                let (_keep, pool) = $pool().await;
+                let table = name("other_unique");
+                exec(&pool, &format!("DROP TABLE IF EXISTS {table}")).await;
+                exec(&pool, &format!("CREATE TABLE {table} (id VARCHAR(64) PRIMARY KEY, email VARCHAR(64) UNIQUE, fence BIGINT NOT NULL DEFAULT 0)")).await;
+                exec(&pool, &format!("INSERT INTO {table} (id, email) VALUES ('x', 'e@x')")).await;
+                let fenced = FencedTable::new(&table, "id", "fence").unwrap();
+                let e = fenced.insert_if_absent(&pool, "y".to_owned(), "email", val("e@x"), t(2)).await.unwrap_err();
+                if PREFIX == "t_mysql" {
+                    let vanished = source::<redfence::sqlx::Vanished>(&e);
+                    assert_eq!((vanished.table.as_str(), vanished.key.as_str()), (table.as_str(), "y"));
+                } else {
+                    assert_eq!(source::<StatementError>(&e).statement, Statement::Insert);
+                }
+                assert_eq!(count(&pool, &table).await, 1);
+            }
+
             async fn store_for_range(pool: &Pool<$db>) -> FencedStore {
                 store(pool, "range").await
             }
@@ -473,4 +523,216 @@ backend_tests! {
     args: sqlx::sqlite::SqliteArguments<'static>;
     pool: sqlite_pool;
     p1: "?1";
+}
+
+/// PostgreSQL under `REPEATABLE READ`: the old holder's transaction took its
+/// snapshot before the newer holder committed; its fenced update of the
+/// row the newer one changed is a serialization failure (a
+/// `StatementError` naming the UPDATE, to retry as usual), not a write.
+#[cfg(feature = "sqlx-postgres")]
+#[tokio::test]
+async fn postgres_repeatable_read_turns_the_refusal_into_a_serialization_failure() {
+    use redfence::sqlx::postgres::FencedTable;
+    use redfence::sqlx::{Statement, StatementError};
+    use sqlx::Arguments;
+
+    let (_keep, pool) = postgres_pool().await;
+    sqlx::query("DROP TABLE IF EXISTS t_pg_rr")
+        .execute(&pool)
+        .await
+        .unwrap();
+    sqlx::query(
+        "CREATE TABLE t_pg_rr (id text PRIMARY KEY, val text, fence bigint NOT NULL DEFAULT 0)",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    sqlx::query("INSERT INTO t_pg_rr (id, val) VALUES ('a', 'v0')")
+        .execute(&pool)
+        .await
+        .unwrap();
+    let fenced = FencedTable::new("t_pg_rr", "id", "fence").unwrap();
+    let args = |v: &str| {
+        let mut a = sqlx::postgres::PgArguments::default();
+        a.add(v.to_owned()).unwrap();
+        a
+    };
+
+    let mut old = pool.begin().await.unwrap();
+    sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        .execute(&mut *old)
+        .await
+        .unwrap();
+    let seen: String = sqlx::query_scalar("SELECT val FROM t_pg_rr WHERE id = 'a'")
+        .fetch_one(&mut *old)
+        .await
+        .unwrap();
+    assert_eq!(seen, "v0");
+    fenced
+        .update(&pool, "a", "val = $1", args("new"), t(6))
+        .await
+        .unwrap();
+    let e = fenced
+        .update(&mut *old, "a", "val = $1", args("old"), t(5))
+        .await
+        .unwrap_err();
+    let failed = source::<StatementError>(&e);
+    assert_eq!(failed.statement, Statement::Update);
+    let code = failed
+        .source
+        .as_database_error()
+        .and_then(|d| d.code())
+        .unwrap_or_default();
+    assert_eq!(code, "40001", "{e:?}"); // serialization_failure
+    drop(old);
+    let row: (String, i64) = sqlx::query_as("SELECT val, fence FROM t_pg_rr WHERE id = 'a'")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(row, ("new".to_owned(), 6));
+}
+
+/// MySQL under InnoDB's default `REPEATABLE READ`: the old holder's
+/// transaction read the row (its snapshot) before the newer holder
+/// committed. Its fenced update is refused, and the fence lookup, a locking
+/// read, reports the newest fence: `Stale` with 6. A plain `SELECT` there
+/// would read the snapshot (fence 0) and answer "no row", 0.
+#[cfg(feature = "sqlx-mysql")]
+#[tokio::test]
+async fn mysql_repeatable_read_refusal_reports_the_newest_fence() {
+    use redfence::sqlx::mysql::FencedTable;
+    use sqlx::Arguments;
+
+    let (_keep, pool) = mysql_pool().await;
+    sqlx::query("DROP TABLE IF EXISTS t_my_rr")
+        .execute(&pool)
+        .await
+        .unwrap();
+    sqlx::query("CREATE TABLE t_my_rr (id VARCHAR(8) PRIMARY KEY, val TEXT, fence BIGINT NOT NULL DEFAULT 0)")
+        .execute(&pool)
+        .await
+        .unwrap();
+    sqlx::query("INSERT INTO t_my_rr (id, val) VALUES ('a', 'v0')")
+        .execute(&pool)
+        .await
+        .unwrap();
+    let fenced = FencedTable::new("t_my_rr", "id", "fence").unwrap();
+    let args = |v: &str| {
+        let mut a = sqlx::mysql::MySqlArguments::default();
+        a.add(v.to_owned()).unwrap();
+        a
+    };
+
+    let mut old = pool.begin().await.unwrap();
+    let isolation: String = sqlx::query_scalar("SELECT @@tx_isolation")
+        .fetch_one(&mut *old)
+        .await
+        .unwrap();
+    assert_eq!(isolation, "REPEATABLE-READ");
+    let seen: i64 = sqlx::query_scalar("SELECT fence FROM t_my_rr WHERE id = 'a'")
+        .fetch_one(&mut *old)
+        .await
+        .unwrap();
+    assert_eq!(seen, 0);
+    fenced
+        .update(&pool, "a", "val = ?", args("new"), t(6))
+        .await
+        .unwrap();
+    // The snapshot still shows the old fence...
+    let snapshot: i64 = sqlx::query_scalar("SELECT fence FROM t_my_rr WHERE id = 'a'")
+        .fetch_one(&mut *old)
+        .await
+        .unwrap();
+    assert_eq!(snapshot, 0);
+    // ...and the refusal reports the newest one.
+    let e = fenced
+        .update(&mut *old, "a", "val = ?", args("old"), t(5))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        e.stale().map(|s| (s.presented, s.current)),
+        Some((t(5), t(6))),
+        "{e:?}"
+    );
+    old.rollback().await.unwrap();
+}
+
+/// SQLite in WAL mode: a deferred transaction that read before another
+/// connection committed cannot write on its old snapshot. Its fenced update
+/// fails at once (`SQLITE_BUSY_SNAPSHOT`, no waiting for `busy_timeout`):
+/// a `StatementError` naming the UPDATE, to retry like a serialization
+/// failure; hence "begin writing transactions with the fenced write, or
+/// `BEGIN IMMEDIATE`".
+#[cfg(feature = "sqlx-sqlite")]
+#[tokio::test]
+async fn sqlite_a_deferred_transaction_that_read_first_is_busy_at_once() {
+    use redfence::sqlx::sqlite::FencedTable;
+    use redfence::sqlx::{Statement, StatementError};
+    use sqlx::Arguments;
+
+    let dir = crate::support::process::TempDir::new("sqlite-wal");
+    std::fs::create_dir(dir.path()).unwrap();
+    let options = sqlx::sqlite::SqliteConnectOptions::new()
+        .filename(dir.join("db.sqlite"))
+        .create_if_missing(true)
+        .journal_mode(sqlx::sqlite::SqliteJournalMode::Wal)
+        .busy_timeout(secs(20));
+    let pool = sqlx::sqlite::SqlitePoolOptions::new()
+        .max_connections(4)
+        .connect_with(options)
+        .await
+        .unwrap();
+    sqlx::query(
+        "CREATE TABLE t_wal (id TEXT PRIMARY KEY, val TEXT, fence INTEGER NOT NULL DEFAULT 0)",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    sqlx::query("INSERT INTO t_wal (id, val) VALUES ('a', 'v0')")
+        .execute(&pool)
+        .await
+        .unwrap();
+    let fenced = FencedTable::new("t_wal", "id", "fence")
+        .unwrap()
+        .timeout(secs(30));
+    let args = |v: &str| {
+        let mut a = sqlx::sqlite::SqliteArguments::default();
+        a.add(v.to_owned()).unwrap();
+        a
+    };
+
+    let mut old = pool.begin().await.unwrap();
+    let seen: String = sqlx::query_scalar("SELECT val FROM t_wal WHERE id = 'a'")
+        .fetch_one(&mut *old)
+        .await
+        .unwrap();
+    assert_eq!(seen, "v0");
+    fenced
+        .update(&pool, "a".to_owned(), "val = ?1", args("new"), t(6))
+        .await
+        .unwrap();
+    let started = Instant::now();
+    let e = fenced
+        .update(&mut *old, "a".to_owned(), "val = ?1", args("old"), t(5))
+        .await
+        .unwrap_err();
+    let failed = source::<StatementError>(&e);
+    assert_eq!(failed.statement, Statement::Update);
+    let code = failed
+        .source
+        .as_database_error()
+        .and_then(|d| d.code())
+        .unwrap_or_default();
+    assert_eq!(code, "517", "{e:?}"); // SQLITE_BUSY_SNAPSHOT
+    assert!(
+        started.elapsed() < secs(10),
+        "it waited: {:?}",
+        started.elapsed()
+    );
+    drop(old);
+    let row: (String, i64) = sqlx::query_as("SELECT val, fence FROM t_wal WHERE id = 'a'")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(row, ("new".to_owned(), 6));
 }
