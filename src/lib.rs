@@ -135,6 +135,7 @@
 //! | feature | default | what it adds |
 //! |---|---|---|
 //! | `postgres` | off | `postgres::PgFencedStore`: fenced writes checked by PostgreSQL (tokio-postgres) |
+//! | `sqlx-postgres`, `sqlx-mysql`, `sqlx-sqlite` (`sqlx`: all three) | off | `sqlx::{postgres, mysql, sqlite}`: fenced writes through sqlx on each backend |
 //! | `metrics` | off | counters, gauges and histograms (`redfence_*`) through the `metrics` facade, for any exporter (README, "Observability") |
 //! | `tls` | off | `rediss://` nodes and [`Tls`] (a private CA, mutual TLS): rustls through the `redis` crate's `tokio-rustls-comp`, with `ring` |
 //!
@@ -177,6 +178,13 @@ mod retry;
 mod sentinel;
 mod server;
 mod slot;
+#[cfg(any(
+    feature = "postgres",
+    feature = "sqlx-postgres",
+    feature = "sqlx-mysql",
+    feature = "sqlx-sqlite"
+))]
+mod sql;
 mod stats;
 mod store;
 mod subscription;
@@ -188,6 +196,21 @@ mod wire;
 #[cfg(feature = "postgres")]
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
 pub mod postgres;
+
+#[cfg(any(
+    feature = "sqlx-postgres",
+    feature = "sqlx-mysql",
+    feature = "sqlx-sqlite"
+))]
+#[cfg_attr(
+    docsrs,
+    doc(cfg(any(
+        feature = "sqlx-postgres",
+        feature = "sqlx-mysql",
+        feature = "sqlx-sqlite"
+    )))
+)]
+pub mod sqlx;
 
 pub use audit::{Audit, Check, Finding, NodeAudit, Severity};
 pub use autoextend::AutoExtend;

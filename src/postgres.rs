@@ -96,7 +96,6 @@
 //! connection; its refusal then arrives as [`StoreError::Backend`].
 
 use std::fmt;
-use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -106,67 +105,9 @@ use tracing::field::Empty;
 
 use crate::fence::FencingToken;
 use crate::limits::DEFAULT_STORE_TIMEOUT;
+use crate::sql::{self, bounded, from_bigint, to_bigint, Dialect};
+pub use crate::sql::{FenceRangeError, InvalidName, NameProblem};
 use crate::store::{traced, Fenced, StaleToken, StoreError};
-
-/// PostgreSQL's longest identifier (NAMEDATALEN − 1 bytes); longer ones
-/// are silently truncated by the server, so two long names could collide.
-const MAX_IDENT_LEN: usize = 63;
-
-/// A table or column name that is not a plain SQL identifier.
-///
-/// Names are restricted to what could be written unquoted (ASCII letters,
-/// digits, `_`, not starting with a digit; a table may be
-/// `schema.table`), and mean what they would mean unquoted: ASCII letters
-/// are folded to lowercase. They are then quoted anyway, so reserved words
-/// such as `order` or `user` work.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("invalid SQL name {name:?}: {problem}")]
-#[non_exhaustive]
-pub struct InvalidName {
-    /// The name as given.
-    pub name: String,
-    /// What is wrong with it.
-    pub problem: NameProblem,
-}
-
-/// What is wrong with an [`InvalidName`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum NameProblem {
-    /// The name, or its schema or table part, is empty.
-    #[error("empty, or an empty part around a `.`")]
-    Empty,
-    /// A part is longer than PostgreSQL's 63-byte limit.
-    #[error("a part is longer than {MAX_IDENT_LEN} bytes")]
-    TooLong,
-    /// A character outside ASCII letters, digits and `_` (or a second `.`;
-    /// column names take none).
-    #[error("character {0:?} is not allowed (ASCII letters, digits and `_` only)")]
-    Character(char),
-    /// A part starts with a digit.
-    #[error("a part starts with a digit")]
-    LeadingDigit,
-}
-
-/// A token or a fence that does not fit the other side's integer type.
-/// Arrives inside [`StoreError::Backend`]; downcast to inspect.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum FenceRangeError {
-    /// The token is above `i64::MAX`, the largest `bigint`. Tokens from this
-    /// crate stay below 2^53; this catches tokens built by hand.
-    #[error("fencing token {0} does not fit in a bigint (at most 2^63 - 1)")]
-    TokenTooLarge(FencingToken),
-    /// A fence column holds a negative number, which no fencing token is: the
-    /// row was written outside the fencing protocol.
-    #[error("row {key:?} has fence {fence}, which is not a fencing token")]
-    NegativeFence {
-        /// The row's key.
-        key: String,
-        /// The value found.
-        fence: i64,
-    },
-}
 
 /// A fenced key-value table: rows of `id text PRIMARY KEY`, `value bytea`
 /// and `fence bigint`, the largest token the row has accepted.
@@ -526,27 +467,6 @@ impl FencedTable {
     }
 }
 
-/// Runs `work` under `timeout`.
-async fn bounded<T>(timeout: Duration, work: impl Future<Output = T>) -> Result<T, StoreError> {
-    tokio::time::timeout(timeout, work)
-        .await
-        .map_err(|_| StoreError::Timeout(timeout))
-}
-
-fn to_bigint(token: FencingToken) -> Result<i64, StoreError> {
-    i64::try_from(token.get())
-        .map_err(|_| StoreError::backend(FenceRangeError::TokenTooLarge(token)))
-}
-
-fn from_bigint(fence: i64, key: &str) -> Result<FencingToken, StoreError> {
-    u64::try_from(fence).map(FencingToken::new).map_err(|_| {
-        StoreError::backend(FenceRangeError::NegativeFence {
-            key: key.to_owned(),
-            fence,
-        })
-    })
-}
-
 /// The fence of the one row an upsert returns.
 fn single_fence(rows: &[Row], id: &str) -> Result<FencingToken, StoreError> {
     let [row] = rows else {
@@ -563,45 +483,11 @@ fn single_fence(rows: &[Row], id: &str) -> Result<FencingToken, StoreError> {
 struct UnexpectedRows(usize);
 
 fn quote_table(name: &str) -> Result<String, InvalidName> {
-    let invalid = |problem| InvalidName {
-        name: name.to_owned(),
-        problem,
-    };
-    match name.split_once('.') {
-        Some((schema, table)) => Ok(format!(
-            "{}.{}",
-            quote_ident(schema).map_err(invalid)?,
-            quote_ident(table).map_err(invalid)?
-        )),
-        None => quote_ident(name).map_err(invalid),
-    }
+    sql::quote_table(name, Dialect::Postgres)
 }
 
 fn quote_column(name: &str) -> Result<String, InvalidName> {
-    quote_ident(name).map_err(|problem| InvalidName {
-        name: name.to_owned(),
-        problem,
-    })
-}
-
-/// Validates one identifier and returns it folded and double-quoted. The
-/// character set leaves nothing that quoting would have to escape; quoting
-/// is there for reserved words.
-fn quote_ident(part: &str) -> Result<String, NameProblem> {
-    let first = part.chars().next().ok_or(NameProblem::Empty)?;
-    if let Some(bad) = part
-        .chars()
-        .find(|c| !(c.is_ascii_alphanumeric() || *c == '_'))
-    {
-        return Err(NameProblem::Character(bad));
-    }
-    if first.is_ascii_digit() {
-        return Err(NameProblem::LeadingDigit);
-    }
-    if part.len() > MAX_IDENT_LEN {
-        return Err(NameProblem::TooLong);
-    }
-    Ok(format!("\"{}\"", part.to_ascii_lowercase()))
+    sql::quote_column(name, Dialect::Postgres)
 }
 
 #[cfg(test)]

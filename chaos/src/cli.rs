@@ -9,7 +9,7 @@ use crate::nemesis::Nemesis;
 pub const USAGE: &str = "\
 usage: chaos [--nemesis all|NAME[,NAME...]] [--duration D] [--seed N]
              [--history-dir DIR] [--tasks N] [--procs N] [--proc-tasks N]
-             [--resources N] [--svg DIR] [--list]
+             [--resources N] [--store KIND] [--svg DIR] [--list]
 
   --nemesis      which faults to run, in order (default all); --list names them
   --duration     how long each nemesis runs: 8s, 90s, 2m, 10m, 500ms (default 10s)
@@ -21,6 +21,10 @@ usage: chaos [--nemesis all|NAME[,NAME...]] [--duration D] [--seed N]
   --proc-tasks   worker tasks per process (default 2)
   --resources    resources the workers pick from (default 3; 1 is the hot
                  lock: every worker contends for one resource), 1 to 16
+  --store        where the fenced writes go: redis (default, the crate's
+                 FencedStore on the data node), or mysql, postgres, sqlite
+                 (the sqlx stores on a MariaDB or PostgreSQL server started
+                 once for the suite, or an SQLite file in the history dir)
   --svg          also draw each run's timeline to DIR/<nemesis>.svg: a lane
                  per worker, its holds, the faults, every violation in red
 
@@ -37,6 +41,7 @@ pub struct Options {
     pub procs: u32,
     pub proc_tasks: u32,
     pub resources: u32,
+    pub store: crate::sqlstore::StoreKind,
     /// Where each run's timeline goes, as `<nemesis>.svg`.
     pub svg: Option<PathBuf>,
     pub list: bool,
@@ -53,6 +58,7 @@ pub fn parse(args: &[String]) -> Result<Options, String> {
         procs: 2,
         proc_tasks: 2,
         resources: crate::rig::RESOURCES,
+        store: crate::sqlstore::StoreKind::Redis,
         svg: None,
         list: false,
     };
@@ -78,6 +84,7 @@ pub fn parse(args: &[String]) -> Result<Options, String> {
             "--procs" => o.procs = parse_num(flag, &value()?)?,
             "--proc-tasks" => o.proc_tasks = parse_num(flag, &value()?)?,
             "--resources" => o.resources = parse_num(flag, &value()?)?,
+            "--store" => o.store = crate::sqlstore::StoreKind::parse(&value()?)?,
             "--svg" => o.svg = Some(PathBuf::from(value()?)),
             "--list" => o.list = true,
             "-h" | "--help" => return Err(String::new()),

@@ -56,6 +56,10 @@
 //! `rig` (one run), `report` (rows, verdicts, the checks the history
 //! checker cannot make itself), `plot` (a run's SVG timeline, `--svg DIR`).
 
+#[path = "../../tests/support/mariadb.rs"]
+mod mariadb;
+#[path = "../../tests/support/postgres.rs"]
+mod postgres;
 #[path = "../../tests/support/process.rs"]
 mod process;
 #[path = "../../tests/support/proxy.rs"]
@@ -71,6 +75,7 @@ mod nemesis;
 mod plot;
 mod report;
 mod rig;
+mod sqlstore;
 mod worker;
 
 use std::process::ExitCode;
@@ -162,6 +167,14 @@ fn suite(opts: &cli::Options) -> Result<ExitCode, BoxError> {
         rig::GUARD_WINDOW,
     );
     println!("histories: {}", dir.display());
+    let sql = sqlstore::SqlServer::start(opts.store, &dir)?;
+    if let Some(sql) = &sql {
+        println!(
+            "fenced writes: the sqlx {} store at {}",
+            opts.store.name(),
+            sql.url
+        );
+    }
 
     let mut outcomes: Vec<Outcome> = Vec::new();
     for (i, &n) in opts.nemeses.iter().enumerate() {
@@ -175,7 +188,7 @@ fn suite(opts: &cli::Options) -> Result<ExitCode, BoxError> {
             opts.nemeses.len(),
             n.summary()
         );
-        let outcome = rig::run(n, i, opts, &rt, &dir)?;
+        let outcome = rig::run(n, i, opts, &rt, &dir, sql.as_ref().map(|s| s.url.as_str()))?;
         if interrupted() {
             // A run cut short proves nothing either way: no row.
             println!("  interrupted; history so far: {}", outcome.path.display());

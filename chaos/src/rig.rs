@@ -20,6 +20,8 @@ use rand::SeedableRng;
 use redis::AsyncCommands;
 use tokio::runtime::Runtime;
 
+use crate::sqlstore::{DataStore, StoreSpec};
+
 use crate::children::Children;
 use crate::cli::Options;
 use crate::clock::{nanos, Clock};
@@ -64,6 +66,7 @@ pub fn run(
     opts: &Options,
     rt: &Runtime,
     dir: &Path,
+    sql_url: Option<&str>,
 ) -> Result<Outcome, BoxError> {
     let wall = Instant::now();
     let mut cluster = start_local(|| Cluster::start_with(NODES, |_| nemesis.server_options()))?;
@@ -100,6 +103,14 @@ pub fn run(
     let writer = Arc::new(Writer::create(&path, Instant::now())?);
     thread::sleep(WARM_UP);
 
+    // A table per run: each run's lock nodes are new, so its tokens owe
+    // nothing to the last run's.
+    let store = StoreSpec {
+        kind: opts.store,
+        url: sql_url.map_or_else(|| data.url(), str::to_owned),
+        table: format!("chaos_fenced_{}_{:02}", std::process::id(), index + 1),
+    };
+    rt.block_on(DataStore::create(&store))?;
     let seed = worker::worker_seed(opts.seed, 1_000_000 + index as u32);
     let lock = LockConfig {
         ttl: TTL,
@@ -119,6 +130,7 @@ pub fn run(
             first_id: 100 * (p + 1),
             nodes: urls.clone(),
             data_url: data.url(),
+            store: store.clone(),
             origin_ns: clock.origin_ns(),
             until_ns,
             seed,
@@ -133,6 +145,7 @@ pub fn run(
     let setup = Arc::new(Setup {
         nodes: urls,
         data_url: data.url(),
+        store,
         lock,
         clock,
         until_ns,

@@ -11,12 +11,14 @@ use std::time::{Duration, Instant};
 
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
-use redfence::{AutoExtend, Client, FencedStore, LockGuard, RestartGuard, Retry};
+use redfence::{AutoExtend, Client, LockGuard, RestartGuard, Retry};
+
+use crate::sqlstore::{DataStore, StoreSpec};
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncCommands, AsyncConnectionConfig};
 
 use crate::clock::Clock;
-use crate::history::{Event, WriteOutcome, Writer};
+use crate::history::{Event, Writer};
 use crate::BoxError;
 
 /// Every call the workload makes to the data node is bounded by this (the
@@ -154,6 +156,8 @@ impl Sink {
 pub struct Setup {
     pub nodes: Vec<String>,
     pub data_url: String,
+    /// Where the fenced writes go (`--store`).
+    pub store: StoreSpec,
     pub lock: LockConfig,
     pub clock: Clock,
     /// No new acquire starts after this (on the run's clock).
@@ -186,7 +190,7 @@ pub fn store_key(resource: u32) -> String {
 pub async fn run(id: u32, style: Style, seed: u64, setup: Arc<Setup>) -> Result<(), BoxError> {
     let client = setup.lock.client(&setup.nodes)?;
     let conn = data_connection(&setup.data_url).await?;
-    let store = FencedStore::new(conn.clone()).timeout(DATA_TIMEOUT);
+    let store = DataStore::connect(&setup.store, conn.clone()).await?;
     let mut w = Worker {
         id,
         style,
@@ -217,7 +221,7 @@ struct Worker {
     rng: StdRng,
     setup: Arc<Setup>,
     conn: MultiplexedConnection,
-    store: FencedStore<MultiplexedConnection>,
+    store: DataStore,
     seq: u64,
 }
 
@@ -383,24 +387,10 @@ impl Worker {
         let key = store_key(resource);
         let token = guard.token();
         let start_ns = self.now();
-        let outcome = match token {
-            Some(token) => match self.store.write(&key, lease.to_string(), token).await {
-                Ok(()) => WriteOutcome::Accepted,
-                Err(e) if e.is_stale() => WriteOutcome::Rejected,
-                Err(_) => WriteOutcome::Error,
-            },
-            // Fencing off: what an application without tokens does. The
-            // write is recorded without a token; the report orders it by
-            // its lease's grant instead (see `report.rs`).
-            None => {
-                let set: Result<redis::RedisResult<()>, _> =
-                    tokio::time::timeout(DATA_TIMEOUT, self.conn.set(&key, lease)).await;
-                match set {
-                    Ok(Ok(())) => WriteOutcome::Accepted,
-                    _ => WriteOutcome::Error,
-                }
-            }
-        };
+        // Fencing off (`token` is `None`): what an application without
+        // tokens does, a plain write. It is recorded without a token; the
+        // report orders it by its lease's grant instead (see `report.rs`).
+        let outcome = self.store.write(&key, lease, token).await;
         self.record(Event::Write {
             worker: self.id,
             lease,
@@ -427,6 +417,7 @@ pub struct ProcArgs {
     pub first_id: u32,
     pub nodes: Vec<String>,
     pub data_url: String,
+    pub store: StoreSpec,
     pub origin_ns: u64,
     pub until_ns: u64,
     pub seed: u64,
@@ -444,6 +435,7 @@ impl ProcArgs {
             ("first-id", self.first_id.to_string()),
             ("nodes", self.nodes.join(",")),
             ("data", self.data_url.clone()),
+            ("store", self.store.to_arg()),
             ("origin-ns", self.origin_ns.to_string()),
             ("until-ns", self.until_ns.to_string()),
             ("seed", self.seed.to_string()),
@@ -483,6 +475,7 @@ impl ProcArgs {
             first_id: num("first-id", get("first-id")?)?,
             nodes: get("nodes")?.split(',').map(str::to_owned).collect(),
             data_url: get("data")?.to_owned(),
+            store: StoreSpec::parse(get("store")?)?,
             origin_ns: num("origin-ns", get("origin-ns")?)?,
             until_ns: num("until-ns", get("until-ns")?)?,
             seed: num("seed", get("seed")?)?,
@@ -545,6 +538,7 @@ pub fn process_main(args: &[String]) -> ExitCode {
     let setup = Arc::new(Setup {
         nodes: a.nodes.clone(),
         data_url: a.data_url.clone(),
+        store: a.store.clone(),
         lock: a.lock.clone(),
         clock: Clock::from_origin(a.origin_ns),
         until_ns: a.until_ns,

@@ -41,6 +41,10 @@ fn a_usage_error_exits_2_with_one_error_line_and_no_panic() {
         (&["--duration", "soon"][..], "bad duration \"soon\""),
         (&["--seed"][..], "--seed needs a value"),
         (&["--resources", "0"][..], "--resources must be 1 to 16"),
+        (
+            &["--store", "mongo"][..],
+            "--store \"mongo\": expected redis, mysql, postgres or sqlite",
+        ),
     ] {
         let out = chaos(args);
         assert_eq!(out.status.code(), Some(2), "{args:?}: {out:?}");

@@ -32,6 +32,12 @@ mod restart;
 mod sentinel;
 mod sockets;
 mod spans;
+#[cfg(any(
+    feature = "sqlx-postgres",
+    feature = "sqlx-mysql",
+    feature = "sqlx-sqlite"
+))]
+mod sqlx_stores;
 #[cfg(feature = "tls")]
 mod tls;
 mod waiting;

@@ -2,6 +2,7 @@
 
 pub mod certs;
 pub mod cluster;
+pub mod mariadb;
 pub mod postgres;
 pub mod process;
 pub mod proxy;
