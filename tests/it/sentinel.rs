@@ -5,6 +5,8 @@
 //! promotion; the guard-off control shows the second holder it would give.
 //! Each test has its own group, so the failovers run concurrently.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use redfence::{Client, ConfigError, NodeErrorKind, NodeSpec, RestartGuard, Retry};
@@ -92,38 +94,17 @@ async fn a_sentinel_node_locks_extends_fences_and_wakes_waiters() {
         "{err}"
     );
 
-    // A Sentinel that names a replica (here: told to watch it as the
-    // master) is not believed: `Demoted`, and nothing is sent to it.
-    let s0 = &group.sentinels[0];
-    assert_eq!(s0.cli(&["SENTINEL", "REMOVE", MASTER_NAME]), "OK");
-    let replica_port = group.servers[1].port().to_string();
-    let monitor = [
-        "SENTINEL",
-        "MONITOR",
-        MASTER_NAME,
-        "127.0.0.1",
-        &replica_port,
-        "2",
-    ];
-    assert_eq!(s0.cli(&monitor), "OK");
-    let split = client_of(&format!(
-        "redis+sentinel://127.0.0.1:{}/{MASTER_NAME}",
-        s0.port()
-    ));
-    let err = split.try_acquire("split", secs(5)).await.unwrap_err();
-    assert!(
-        matches!(&err.node_failures()[0].kind, NodeErrorKind::Demoted { role } if role == "slave"),
-        "{err}"
-    );
-    assert_eq!(group.servers[1].count_keys(&lock_key("split")), 0);
-
     // The master demoted behind the Sentinels' back (no failover, so no
     // newer epoch for the watch): its refused write (`READONLY`) is
     // `Demoted`, and the connection is dropped, so the next request asks
     // the Sentinels again and refuses the same server (now a replica).
     assert_eq!(group.servers[1].cli(&["REPLICAOF", "NO", "ONE"]), "OK");
     assert_eq!(
-        group.servers[0].cli(&["REPLICAOF", "127.0.0.1", &replica_port]),
+        group.servers[0].cli(&[
+            "REPLICAOF",
+            "127.0.0.1",
+            &group.servers[1].port().to_string()
+        ]),
         "OK"
     );
     let err = client.try_acquire("s", secs(5)).await.unwrap_err();
@@ -139,6 +120,34 @@ async fn a_sentinel_node_locks_extends_fences_and_wakes_waiters() {
         ),
         "{err}"
     );
+
+    // A Sentinel that names a replica (here: told to watch the demoted
+    // master as the master) is not believed: `Demoted`, and nothing is
+    // sent to it. Last: the client above follows the Sentinels, and when
+    // this came first its watch sometimes moved to the server this
+    // Sentinel named before the READONLY check (CI, under load).
+    let s0 = &group.sentinels[0];
+    assert_eq!(s0.cli(&["SENTINEL", "REMOVE", MASTER_NAME]), "OK");
+    let demoted_port = group.servers[0].port().to_string();
+    let monitor = [
+        "SENTINEL",
+        "MONITOR",
+        MASTER_NAME,
+        "127.0.0.1",
+        &demoted_port,
+        "2",
+    ];
+    assert_eq!(s0.cli(&monitor), "OK");
+    let split = client_of(&format!(
+        "redis+sentinel://127.0.0.1:{}/{MASTER_NAME}",
+        s0.port()
+    ));
+    let err = split.try_acquire("split", secs(5)).await.unwrap_err();
+    assert!(
+        matches!(&err.node_failures()[0].kind, NodeErrorKind::Demoted { role } if role == "slave"),
+        "{err}"
+    );
+    assert_eq!(group.servers[0].count_keys(&lock_key("split")), 0);
 }
 
 fn client_of(url: &str) -> Client {
@@ -364,11 +373,33 @@ async fn a_sentinel_group_in_three_nodes_loses_one_vote_in_its_failover() {
     tokio::time::sleep(window + ms(1500)).await;
     client.acquire("g", secs(2)).await.unwrap().release().await;
     group.servers[0].kill();
+    // The promotion's time, seen by a thread of its own every 20 ms: the
+    // loop below looks only between acquires, which a loaded machine
+    // stretches to seconds, and a late look made the window seem to end
+    // later than the client's (a false failure in CI).
+    let promoted = Arc::new(Mutex::new(None::<Instant>));
+    let watching = Arc::new(AtomicBool::new(true));
+    let watcher = std::thread::spawn({
+        let (promoted, watching) = (promoted.clone(), watching.clone());
+        let port = group.servers[1].port().to_string();
+        move || {
+            while watching.load(Ordering::Relaxed) {
+                let role = std::process::Command::new("redis-cli")
+                    .args(["-h", "127.0.0.1", "-p", &port, "ROLE"])
+                    .output();
+                if role.is_ok_and(|o| o.stdout.starts_with(b"master")) {
+                    *promoted.lock().unwrap() = Some(Instant::now());
+                    return;
+                }
+                std::thread::sleep(ms(20));
+            }
+        }
+    });
     let end = Instant::now() + DOWN_AND_WINDOW;
     let (mut granted, mut promoted_at, mut without_it) = (0, None, 0);
     while Instant::now() < end {
-        if promoted_at.is_none() && group.servers[1].cli(&["ROLE"]).starts_with("master") {
-            promoted_at = Some(Instant::now());
+        if promoted_at.is_none() {
+            promoted_at = *promoted.lock().unwrap();
         }
         let guard = client
             .lock("g", secs(2))
@@ -390,6 +421,8 @@ async fn a_sentinel_group_in_three_nodes_loses_one_vote_in_its_failover() {
         granted += 1;
         tokio::time::sleep(ms(50)).await;
     }
+    watching.store(false, Ordering::Relaxed);
+    let _ = watcher.join();
     assert!(
         promoted_at.is_some() && granted > 10 && without_it >= 1,
         "{granted} grants, {without_it} without the promoted master, promoted {promoted_at:?}"
