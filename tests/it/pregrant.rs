@@ -818,8 +818,11 @@ async fn a_young_home_does_not_pregrant() {
         ..Default::default()
     });
     // The window is the longest TTL the client asked for, at least this:
-    // the warm-up's 5 s, and every lock here.
-    let window = secs(5);
+    // the warm-up's 5 s, and every lock here. 10 s, not 5: the holder's
+    // keys must outlive the waiter's join and the home's restart, which
+    // on a loaded machine took more than 5 s once (the waiter then got
+    // the lock by expiry and left the queue before the restart).
+    let window = secs(10);
     let build = || {
         redfence::Client::builder(cluster.urls())
             .node_timeout(secs(1))
@@ -838,7 +841,13 @@ async fn a_young_home_does_not_pregrant() {
     let first = holder.token().unwrap().get();
     let waiter = spawn_notice_waiter_with(b.clone(), resource.clone(), window);
     assert!(eventually(secs(10), || queued(&cluster, &resource) == 1).await);
+    // A full TTL from here: the holder's keys outlive the restart.
+    holder.extend(window).await.unwrap();
     cluster.node(0).restart();
+    assert!(
+        !waiter.is_finished(),
+        "the waiter got the lock before the restart: the holder's keys expired"
+    );
     assert_eq!(queued(&cluster, &resource), 1, "the queue came back (AOF)");
     let monitor = cluster.nodes[0].monitor();
     let (released, got, after) = release_and_wait_reporting(holder, waiter, secs(20)).await;
