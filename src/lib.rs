@@ -150,52 +150,24 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod audit;
-mod autoextend;
-mod builder;
 mod client;
-mod cluster;
-mod config;
 mod error;
-mod failure;
-mod fair;
-mod fanout;
-mod fence;
-mod guard;
-mod inspect;
 mod lease;
-pub mod limits;
-mod lost;
-mod metrics;
+mod logic;
+mod mutex;
 mod node;
-mod notify;
-mod pregrant;
+mod observe;
 mod protocol;
-mod quorum;
-mod request;
-mod resource;
-mod restart;
-mod retry;
-mod sentinel;
-mod server;
-mod slot;
-#[cfg(any(
-    feature = "postgres",
-    feature = "sqlx-postgres",
-    feature = "sqlx-mysql",
-    feature = "sqlx-sqlite"
-))]
-mod sql;
-mod stats;
+mod settings;
 mod store;
-mod subscription;
-mod tls;
-mod validity;
-mod watchdog;
+mod waiting;
 mod wire;
+
+pub use logic::limits;
 
 #[cfg(feature = "postgres")]
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
-pub mod postgres;
+pub use store::postgres;
 
 #[cfg(any(
     feature = "sqlx-postgres",
@@ -210,28 +182,28 @@ pub mod postgres;
         feature = "sqlx-sqlite"
     )))
 )]
-pub mod sqlx;
+pub use store::sqlx;
 
 pub use audit::{Audit, Check, Finding, NodeAudit, Severity};
-pub use autoextend::AutoExtend;
-pub use builder::Builder;
+pub use client::builder::Builder;
 pub use client::Client;
-pub use config::NodeSpec;
+pub use error::failure::{FailureReason, NodeErrorKind, NodeFailure, Phase, QuorumFailure};
+pub use error::lost::{LossReason, LostLock};
 pub use error::{ConfigError, Error};
-pub use failure::{FailureReason, NodeErrorKind, NodeFailure, Phase, QuorumFailure};
-pub use fence::FencingToken;
-pub use guard::LockGuard;
-pub use inspect::{Holder, Inspection, NodeInspection};
 pub use lease::Lease;
-pub use lost::{LossReason, LostLock};
+pub use logic::fence::FencingToken;
+pub use mutex::guard::LockGuard;
+pub use mutex::request::LockRequest;
+pub use node::restart::RestartGuard;
+pub use node::tls::Tls;
+pub use observe::inspect::{Holder, Inspection, NodeInspection};
+pub use observe::stats::Stats;
 pub use protocol::inspect::{ForceOutcome, ForceReleased, NodeForceRelease};
 pub use protocol::release::Released;
-pub use request::LockRequest;
-pub use restart::RestartGuard;
-pub use retry::Retry;
-pub use stats::Stats;
+pub use settings::autoextend::AutoExtend;
+pub use settings::config::NodeSpec;
+pub use settings::retry::Retry;
 pub use store::{Fenced, FencedStore, StaleToken, StoreError};
-pub use tls::Tls;
 
 /// The `redis` crate this one is built on (its errors, in an `Arc`, are the
 /// `source()` of node failures), so that users name the same version.

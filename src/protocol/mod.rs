@@ -11,6 +11,8 @@
 
 pub(crate) mod attempt;
 pub(crate) mod extend;
+pub(crate) mod fair;
+pub(crate) mod fanout;
 pub(crate) mod inspect;
 pub(crate) mod queue;
 pub(crate) mod release;
