@@ -97,38 +97,46 @@
 //!
 //! ## Map
 //!
-//! The modules form a one-way stack: each names only the ones below it
-//! (DESIGN.md, "Files and layers", draws it with what each layer may
-//! import).
+//! The modules form a one-way stack of folders, one floor each: each names
+//! only its own folder and the ones below it (DESIGN.md, "How the code maps
+//! to the design", draws it with what each floor may import).
 //!
-//! 1. The handle: `builder` ([`Builder`], `Client::new`), `client`
-//!    ([`Client`]).
-//! 2. Requests and what they hand out: `request` ([`LockRequest`]: acquire,
-//!    try once, run a closure, wait), `fair` (waiting in the fair queue),
-//!    `guard` ([`LockGuard`]), `lease`
-//!    ([`Lease`], the lost-lock signal), `watchdog` (the auto-extension
-//!    task).
-//! 3. The protocol operations over the shared state, one file each:
-//!    `protocol::{shared, round, attempt, settle, extend, release, reseed,
-//!    inspect, queue}` ([`Client::inspect`] and the forced release; the
-//!    fair queue's requests to a resource's home node);
-//!    beside them the deployment audit (`audit`: observe, judge, report)
-//!    and the fenced stores (`store`, and `postgres` with that feature).
-//! 4. Waiting by notification (`notify`) and the fan-out (`fanout`: all N
-//!    at once, decide at the quorum, hear the rest).
-//! 5. One node's connection (`node`: handshake, deadlines, health).
-//! 6. The wire (`wire`): commands, the `.lua` scripts, reply parsers, the
-//!    plain-text probe of a silent `rediss://` server.
-//! 7. Pure logic, tested without Redis: `config`, `autoextend`
-//!    ([`AutoExtend`]), `retry` ([`Retry`]), `restart` ([`RestartGuard`]),
-//!    `quorum`, `validity`, `fence` ([`FencingToken`], the token merge,
-//!    model-checked), `resource`, `stats` ([`Stats`]), `inspect`
-//!    ([`Inspection`]: a resource's lock on every node, summarised), `tls`
-//!    ([`Tls`]: what `rediss://` nodes trust and present).
-//! 8. Data shared by all: `error` ([`Error`], [`ConfigError`]), `lost`
-//!    ([`LostLock`]), `failure` ([`QuorumFailure`] and the per-node detail),
-//!    [`limits`]; and `metrics`, which names every metric (feature
-//!    `metrics`; empty functions without it) and refers only to those.
+//! 1. `client`: the handle ([`Client`]) and how one is made (`builder`:
+//!    [`Builder`], `Client::new`).
+//! 2. `mutex`: the lock family's floor, today the mutex: its request
+//!    ([`LockRequest`]: acquire, try once, run a closure, wait) and guard
+//!    ([`LockGuard`]). The family (semaphore, rwlock, multi, election, once)
+//!    goes in sibling folders here, each thin over the floors below.
+//! 3. `lease`: what a request hands out ([`Lease`], the lost-lock signal)
+//!    and the auto-extension task (`watchdog`).
+//! 4. `protocol`: the operations over the shared state, one file each
+//!    (`shared, round, attempt, settle, extend, release, reseed, inspect,
+//!    queue`), waiting in the fair queue (`fair`) and the fan-out (`fanout`:
+//!    all N at once, decide at the quorum, hear the rest); beside it the
+//!    deployment audit (`audit`: observe, judge, report).
+//! 5. `settings`: the validated `config` and the policies in it
+//!    (`autoextend`: [`AutoExtend`]; `retry`: [`Retry`]).
+//! 6. `waiting`: waiting by notification (`notify`), the fair queue's
+//!    pre-granted vote (`pregrant`), one node's pub/sub connection
+//!    (`subscription`).
+//! 7. `node`: one vote (`Node`): a server (`server`: handshake, deadlines,
+//!    health) or a cluster (`cluster`, `slot`), a Sentinel-managed master
+//!    (`sentinel`), TLS ([`Tls`]), the restart guard ([`RestartGuard`] and
+//!    what it knows per server).
+//! 8. `wire`: commands, the `.lua` scripts, reply parsers, the plain-text
+//!    probe of a silent `rediss://` server.
+//! 9. `observe`: what the library reports: `metrics` (feature `metrics`;
+//!    empty functions without it), `stats` ([`Stats`]), `inspect`
+//!    ([`Inspection`]: a resource's lock on every node, summarised).
+//! 10. `error`: data shared by all: [`Error`], [`ConfigError`], `failure`
+//!     ([`QuorumFailure`] and the per-node detail), `lost` ([`LostLock`]).
+//! 11. `logic`: pure, tested without Redis: `quorum`, `validity`, `fence`
+//!     ([`FencingToken`], the token merge, model-checked), `resource`,
+//!     [`limits`].
+//!
+//! Beside the stack, `store`: the fenced stores ([`FencedStore`] on Redis,
+//! and `postgres`, `sqlx` with their features), which use only the wire and
+//! the pure logic.
 //!
 //! ## Cargo features
 //!
@@ -150,52 +158,24 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod audit;
-mod autoextend;
-mod builder;
 mod client;
-mod cluster;
-mod config;
 mod error;
-mod failure;
-mod fair;
-mod fanout;
-mod fence;
-mod guard;
-mod inspect;
 mod lease;
-pub mod limits;
-mod lost;
-mod metrics;
+mod logic;
+mod mutex;
 mod node;
-mod notify;
-mod pregrant;
+mod observe;
 mod protocol;
-mod quorum;
-mod request;
-mod resource;
-mod restart;
-mod retry;
-mod sentinel;
-mod server;
-mod slot;
-#[cfg(any(
-    feature = "postgres",
-    feature = "sqlx-postgres",
-    feature = "sqlx-mysql",
-    feature = "sqlx-sqlite"
-))]
-mod sql;
-mod stats;
+mod settings;
 mod store;
-mod subscription;
-mod tls;
-mod validity;
-mod watchdog;
+mod waiting;
 mod wire;
+
+pub use logic::limits;
 
 #[cfg(feature = "postgres")]
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
-pub mod postgres;
+pub use store::postgres;
 
 #[cfg(any(
     feature = "sqlx-postgres",
@@ -210,28 +190,28 @@ pub mod postgres;
         feature = "sqlx-sqlite"
     )))
 )]
-pub mod sqlx;
+pub use store::sqlx;
 
 pub use audit::{Audit, Check, Finding, NodeAudit, Severity};
-pub use autoextend::AutoExtend;
-pub use builder::Builder;
+pub use client::builder::Builder;
 pub use client::Client;
-pub use config::NodeSpec;
+pub use error::failure::{FailureReason, NodeErrorKind, NodeFailure, Phase, QuorumFailure};
+pub use error::lost::{LossReason, LostLock};
 pub use error::{ConfigError, Error};
-pub use failure::{FailureReason, NodeErrorKind, NodeFailure, Phase, QuorumFailure};
-pub use fence::FencingToken;
-pub use guard::LockGuard;
-pub use inspect::{Holder, Inspection, NodeInspection};
 pub use lease::Lease;
-pub use lost::{LossReason, LostLock};
+pub use logic::fence::FencingToken;
+pub use mutex::guard::LockGuard;
+pub use mutex::request::LockRequest;
+pub use node::restart::RestartGuard;
+pub use node::tls::Tls;
+pub use observe::inspect::{Holder, Inspection, NodeInspection};
+pub use observe::stats::Stats;
 pub use protocol::inspect::{ForceOutcome, ForceReleased, NodeForceRelease};
 pub use protocol::release::Released;
-pub use request::LockRequest;
-pub use restart::RestartGuard;
-pub use retry::Retry;
-pub use stats::Stats;
+pub use settings::autoextend::AutoExtend;
+pub use settings::config::NodeSpec;
+pub use settings::retry::Retry;
 pub use store::{Fenced, FencedStore, StaleToken, StoreError};
-pub use tls::Tls;
 
 /// The `redis` crate this one is built on (its errors, in an `Arc`, are the
 /// `source()` of node failures), so that users name the same version.

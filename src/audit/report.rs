@@ -327,7 +327,7 @@ impl fmt::Display for Check {
 #[derive(Debug, Default, Clone)]
 pub(crate) struct SentinelSeen {
     pub(crate) name: String,
-    pub(crate) answers: Vec<Result<Option<crate::sentinel::Report>, String>>,
+    pub(crate) answers: Vec<Result<Option<crate::node::sentinel::Report>, String>>,
 }
 
 /// The raw answers of one node, before any judgement. Each `Option` is

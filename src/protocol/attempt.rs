@@ -10,18 +10,18 @@ use std::time::{Duration, Instant};
 
 use redis::{Cmd, Pipeline, Value};
 
-use crate::failure::{NodeErrorKind, Phase, QuorumFailure};
-use crate::fanout::all_nodes;
-use crate::fence::clock_seed;
+use crate::error::failure::{NodeErrorKind, Phase, QuorumFailure};
+use crate::logic::fence::clock_seed;
+use crate::logic::resource::lock_value;
+use crate::logic::validity::later;
 use crate::node::Settled;
+use crate::observe::stats::Event;
+use crate::protocol::fanout::all_nodes;
 use crate::protocol::release::ReleaseOnDrop;
 use crate::protocol::reseed::reseed_if_wanted;
 use crate::protocol::round::{round_credited, Credited};
 use crate::protocol::settle::settle_token;
 use crate::protocol::shared::{Grant, Held, Shared, Target};
-use crate::resource::lock_value;
-use crate::stats::Event;
-use crate::validity::later;
 use crate::wire::commands::{
     parse_fenced, parse_held, parse_probed_set, parse_set, pttl, set_nx, set_nx_probed,
 };

@@ -6,10 +6,10 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use crate::failure::{NodeFailure, Phase, QuorumFailure};
+use crate::error::failure::{NodeFailure, Phase, QuorumFailure};
+use crate::logic::validity::later;
 use crate::protocol::round::round;
 use crate::protocol::shared::{Held, Shared, Target};
-use crate::validity::later;
 use crate::wire::commands::parse_extend;
 use crate::wire::scripts::EXTEND;
 

@@ -7,13 +7,13 @@
 use std::sync::Arc;
 use std::time::Instant;
 
+use crate::error::failure::{NodeErrorKind, NodeFailure};
 use crate::error::Error;
-use crate::failure::{NodeErrorKind, NodeFailure};
-use crate::fanout::{all_nodes, FanOut};
-use crate::inspect::{summarise, Inspection, Observation, Seen};
+use crate::logic::resource::{fence_key, lock_key, validate};
 use crate::node::{Node, Settled};
+use crate::observe::inspect::{summarise, Inspection, Observation, Seen};
+use crate::protocol::fanout::{all_nodes, FanOut};
 use crate::protocol::shared::Shared;
-use crate::resource::{fence_key, lock_key, validate};
 use crate::wire::commands::{del, inspect as inspect_pipeline, parse_deleted, parse_inspect};
 
 /// Reads `resource`'s lock key (value, `PTTL`) and its fence on every node.

@@ -3,14 +3,19 @@
 //! and write-back, extend, release, the restart guard's re-seed, and the
 //! inspection and forced release of a resource, and the fair queue's requests
 //! to a resource's home node. Each
-//! is one or two quorum rounds over the fan-out; the layers above
-//! (requests, guards, the watchdog) decide when to run them.
+//! is one or two quorum rounds over the fan-out (`fanout`); the layers above
+//! (requests, guards, the watchdog) decide when to run them. Waiting in the
+//! fair queue (`fair`), which runs attempts, looks and releases, is here
+//! too: the waits it uses are the shared state's, one floor down.
 //!
-//! Files here import downward only: `attempt` uses `settle`, `release` and
-//! `reseed`; all use `round` and `shared`.
+//! Files here import downward only: `fair` uses `attempt`, `queue` and
+//! `release`; `attempt` uses `settle`, `release` and `reseed`; all use
+//! `round` and `shared`, which use `fanout`.
 
 pub(crate) mod attempt;
 pub(crate) mod extend;
+pub(crate) mod fair;
+pub(crate) mod fanout;
 pub(crate) mod inspect;
 pub(crate) mod queue;
 pub(crate) mod release;

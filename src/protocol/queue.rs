@@ -12,10 +12,10 @@ use std::time::Duration;
 
 use redis::{Cmd, Value};
 
+use crate::logic::resource::notice_channel;
+use crate::logic::resource::pregrant_value;
 use crate::node::Settled;
 use crate::protocol::shared::{Shared, Target};
-use crate::resource::notice_channel;
-use crate::resource::pregrant_value;
 use crate::wire::commands::lrem;
 use crate::wire::scripts::{JOIN, LEAVE, MARK, QUEUE};
 
@@ -195,7 +195,7 @@ fn in_background(shared: &Arc<Shared>, target: &Target, cmd: Cmd) {
 
 async fn bounded<F>(shared: &Shared, request: F) -> Option<Value>
 where
-    F: std::future::Future<Output = Result<Value, crate::failure::NodeErrorKind>>,
+    F: std::future::Future<Output = Result<Value, crate::error::failure::NodeErrorKind>>,
 {
     match tokio::time::timeout(shared.config.node_timeout, request).await {
         Ok(Ok(value)) => Some(value),

@@ -8,14 +8,14 @@ use std::time::{Duration, Instant};
 
 use tracing::Instrument;
 
-use crate::failure::{NodeErrorKind, NodeFailure};
-use crate::fanout::{all_nodes, node_set, FanOut, NodeSet};
-use crate::fence::clock_seed;
+use crate::error::failure::{NodeErrorKind, NodeFailure};
+use crate::logic::fence::clock_seed;
+use crate::logic::resource::{notice_channel, pregrant_value};
+use crate::logic::validity::later;
 use crate::node::Settled;
-use crate::pregrant::{HandedOver, Home as QueueHome, Orphan};
+use crate::protocol::fanout::{all_nodes, node_set, FanOut, NodeSet};
 use crate::protocol::shared::{Held, Shared};
-use crate::resource::{notice_channel, pregrant_value};
-use crate::validity::later;
+use crate::waiting::pregrant::{HandedOver, Home as QueueHome, Orphan};
 use crate::wire::commands::parse_flag;
 use crate::wire::scripts::RELEASE;
 
@@ -47,7 +47,7 @@ pub struct Released {
 /// the outcome is certain (a majority confirmed, so the lock is free for
 /// others, or a majority can no longer confirm) or after one node timeout;
 /// the rest finish in the background. On a contended fair queue
-/// ([`Waits::hands_over`](crate::notify::Waits::hands_over)) the home node
+/// ([`Waits::hands_over`](crate::waiting::notify::Waits::hands_over)) the home node
 /// is asked first to hand the lock over to the next waiter; the other
 /// nodes are released only if it did not.
 pub(crate) async fn release(shared: &Shared, held: &Held) -> Released {

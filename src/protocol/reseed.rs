@@ -9,12 +9,12 @@ use std::time::Duration;
 
 use tracing::Instrument;
 
-use crate::failure::NodeErrorKind;
-use crate::fence::clock_seed;
+use crate::error::failure::NodeErrorKind;
+use crate::logic::fence::clock_seed;
+use crate::logic::quorum::quorum;
+use crate::logic::resource::fence_keys;
 use crate::node::{Node, Settled, Vote};
 use crate::protocol::shared::Shared;
-use crate::quorum::quorum;
-use crate::resource::fence_keys;
 use crate::wire::commands::{mget, parse_fences};
 use crate::wire::scripts::RESEED;
 

@@ -7,12 +7,12 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::failure::{FailureReason, NodeErrorKind, NodeFailure, Phase, QuorumFailure};
-use crate::fanout::{all_nodes, node_set, FanOut, NodeSet};
+use crate::error::failure::{FailureReason, NodeErrorKind, NodeFailure, Phase, QuorumFailure};
+use crate::logic::quorum::{Decision, Tally};
+use crate::logic::validity::{node_budget, validity};
 use crate::node::{Node, Settled};
+use crate::protocol::fanout::{all_nodes, node_set, FanOut, NodeSet};
 use crate::protocol::shared::{Held, Shared, Target};
-use crate::quorum::{Decision, Tally};
-use crate::validity::{node_budget, validity};
 
 /// The result of [`round`]: its start on success, the nodes the requests
 /// may have reached either way, and the values of the nodes that said yes

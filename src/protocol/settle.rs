@@ -6,14 +6,14 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use crate::failure::{FailureReason, Phase, QuorumFailure};
-use crate::fanout::{FanOut, NodeSet};
-use crate::fence::{merge, FencingToken};
+use crate::error::failure::{FailureReason, Phase, QuorumFailure};
+use crate::logic::fence::{merge, FencingToken};
+use crate::logic::quorum::{quorum, Decision, Tally};
+use crate::logic::validity::validity;
+use crate::observe::stats::Event;
+use crate::protocol::fanout::{FanOut, NodeSet};
 use crate::protocol::round::{classify_failure, quorum_failure};
 use crate::protocol::shared::{Held, Shared, Target};
-use crate::quorum::{quorum, Decision, Tally};
-use crate::stats::Event;
-use crate::validity::validity;
 use crate::wire::commands::parse_flag;
 use crate::wire::scripts::WRITE_BACK;
 

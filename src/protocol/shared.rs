@@ -9,18 +9,18 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::config::Config;
 use crate::error::Error;
-use crate::fanout::{node_set, NodeSet};
-use crate::fence::FencingToken;
-use crate::node::{Kind, Node, Vote};
-use crate::notify::Waits;
-use crate::pregrant::Home;
-use crate::resource::{
+use crate::logic::fence::FencingToken;
+use crate::logic::resource::{
     claim_key, client_tag, fence_bucket, fence_keys, lock_key, queue_key, validate, wait_key,
 };
-use crate::stats::Counters;
-use crate::validity::{Ttl, TtlProblem};
+use crate::logic::validity::{Ttl, TtlProblem};
+use crate::node::{Kind, Node, Vote};
+use crate::observe::stats::Counters;
+use crate::protocol::fanout::{node_set, NodeSet};
+use crate::settings::config::Config;
+use crate::waiting::notify::Waits;
+use crate::waiting::pregrant::Home;
 
 pub(crate) struct Shared {
     pub(crate) nodes: Vec<Arc<Node>>,
@@ -119,7 +119,7 @@ impl Held {
     /// The public id of this acquisition, published with its release.
     pub(crate) fn notice_id(&self) -> String {
         let mut id = String::with_capacity(16);
-        crate::resource::push_hex(&mut id, u128::from(self.notice), 16);
+        crate::logic::resource::push_hex(&mut id, u128::from(self.notice), 16);
         id
     }
 }

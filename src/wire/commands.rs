@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use redis::{Cmd, Pipeline, Value};
 
-use crate::failure::NodeErrorKind;
-use crate::inspect::Observation;
+use crate::error::failure::NodeErrorKind;
+use crate::observe::inspect::Observation;
 
 /// `SET key value NX PX ttl`: the plain acquire. Without fencing it is not
 /// a script: a Lua script costs the server ~5× the CPU of the command it

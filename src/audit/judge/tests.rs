@@ -497,8 +497,8 @@ fn every_message_follows_the_house_style() {
     }
 }
 
-fn sentinel_report(port: u16, epoch: u64) -> crate::sentinel::Report {
-    crate::sentinel::Report {
+fn sentinel_report(port: u16, epoch: u64) -> crate::node::sentinel::Report {
+    crate::node::sentinel::Report {
         host: "10.0.0.1".into(),
         port,
         epoch,
