@@ -132,6 +132,37 @@ impl SentinelGroup {
         });
     }
 
+    /// The Sentinels redeployed: each killed and started again on its port
+    /// from a fresh configuration that monitors the current master, as a
+    /// deployment template would write it. Their config epochs start from
+    /// 0 again, below what any client saw before. Returns once all three
+    /// name the master at epoch 0 and know each other.
+    pub fn redeploy_sentinels(&mut self) {
+        let master = self.master_port();
+        let fresh = conf(master, DOWN_AFTER, FAILOVER_TIMEOUT);
+        for s in &mut self.sentinels {
+            let info = s.cli(&["INFO", "server"]);
+            let path = info
+                .lines()
+                .find_map(|l| l.strip_prefix("config_file:"))
+                .map(|p| std::path::PathBuf::from(p.trim()))
+                .expect("a Sentinel reports its config file");
+            s.kill();
+            std::fs::write(&path, &fresh)
+                .unwrap_or_else(|e| panic!("writing {}: {e}", path.display()));
+            s.restart();
+        }
+        let port = master.to_string();
+        self.wait_until("the redeployed sentinels agreed at epoch 0", |g| {
+            g.sentinels.iter().all(|s| {
+                let m = s.cli(&["SENTINEL", "MASTER", MASTER_NAME]);
+                field(&m, "port") == Some(port.as_str())
+                    && field(&m, "config-epoch") == Some("0")
+                    && field(&m, "num-other-sentinels") == Some("2")
+            })
+        });
+    }
+
     fn wait_until(&self, what: &str, mut done: impl FnMut(&Self) -> bool) {
         wait_for(what, || done(self));
     }
@@ -145,15 +176,7 @@ pub fn start_sentinels(
     down_after: Duration,
     failover_timeout: Duration,
 ) -> Vec<RedisServer> {
-    let conf = format!(
-        "sentinel resolve-hostnames no\n\
-         sentinel announce-ip 127.0.0.1\n\
-         sentinel monitor {MASTER_NAME} 127.0.0.1 {master} 2\n\
-         sentinel down-after-milliseconds {MASTER_NAME} {}\n\
-         sentinel failover-timeout {MASTER_NAME} {}\n",
-        down_after.as_millis(),
-        failover_timeout.as_millis()
-    );
+    let conf = conf(master, down_after, failover_timeout);
     (0..3)
         .map(|_| {
             RedisServer::start_with(ServerOptions {
@@ -162,6 +185,20 @@ pub fn start_sentinels(
             })
         })
         .collect()
+}
+
+/// A Sentinel's configuration as deployed: no epoch, no other Sentinels
+/// or replicas yet (it finds them), the master on `master`.
+fn conf(master: u16, down_after: Duration, failover_timeout: Duration) -> String {
+    format!(
+        "sentinel resolve-hostnames no\n\
+         sentinel announce-ip 127.0.0.1\n\
+         sentinel monitor {MASTER_NAME} 127.0.0.1 {master} 2\n\
+         sentinel down-after-milliseconds {MASTER_NAME} {}\n\
+         sentinel failover-timeout {MASTER_NAME} {}\n",
+        down_after.as_millis(),
+        failover_timeout.as_millis()
+    )
 }
 
 /// Waits until every Sentinel of a group knows `replicas` replicas and the
