@@ -11,8 +11,9 @@
 //! ```
 //!
 //! Exit status 1 when a nemesis expected to be safe shows a violation, or
-//! a negative control (`kill-nopersist`, `failover-noguard`, `evict`,
-//! `no-fencing`) fails to show one; so CI can run it.
+//! a negative control (`kill-nopersist`, `failover-noguard`,
+//! `sentinel-failover-noguard`, `evict`, `no-fencing`) fails to show one;
+//! so CI can run it.
 //!
 //! ## The rig (one machine, loopback only)
 //!
@@ -21,7 +22,11 @@
 //! counters and the fenced store, is never faulted), and for the network
 //! nemeses one `FaultProxy` per lock node between every client and it
 //! (for the failover ones also a replica per lock node, to which the
-//! proxy is repointed).
+//! proxy is repointed). For the Sentinel ones each lock node is a
+//! Sentinel group: its master, a replica and three Sentinels
+//! (`redis-server <conf> --sentinel`, through `tests/support/sentinel.rs`),
+//! and the clients are given the Sentinels' addresses; the lease is 2 s
+//! there, the restart guard's window 2.4 s.
 //! Workers are tasks of this process (`--tasks`) and of worker processes
 //! (`--procs` × `--proc-tasks`), which are this binary re-executed with
 //! `--worker ...`. Each worker has its own lock client and data
@@ -52,7 +57,8 @@
 //! Module map: `cli` (options), `clock` (the shared clock), `worker` (the
 //! workload, in tasks and processes), `children` (worker processes, their
 //! output, the worker-pause gate), `nemesis` (the schedules; its docs have
-//! the table of every nemesis; `nemesis/failover.rs` the failover's),
+//! the table of every nemesis; `nemesis/failover.rs` the failover's,
+//! `nemesis/sentinel.rs` the Sentinel failover's),
 //! `rig` (one run), `report` (rows, verdicts, the checks the history
 //! checker cannot make itself), `plot` (a run's SVG timeline, `--svg DIR`).
 
@@ -64,6 +70,8 @@ mod postgres;
 mod process;
 #[path = "../../tests/support/proxy.rs"]
 mod proxy;
+#[path = "../../tests/support/sentinel.rs"]
+mod sentinel;
 #[path = "../../tests/support/server.rs"]
 mod server;
 
@@ -188,6 +196,13 @@ fn suite(opts: &cli::Options) -> Result<ExitCode, BoxError> {
             opts.nemeses.len(),
             n.summary()
         );
+        if n.ttl() != rig::TTL {
+            println!(
+                "  TTL {:?}, restart guard window {:?} for this nemesis",
+                n.ttl(),
+                n.guard_window()
+            );
+        }
         let outcome = rig::run(n, i, opts, &rt, &dir, sql.as_ref().map(|s| s.url.as_str()))?;
         if interrupted() {
             // A run cut short proves nothing either way: no row.

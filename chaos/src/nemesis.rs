@@ -18,6 +18,8 @@
 //! | `kill-nopersist` | same, restart guard **off** | same | same | violation (negative control) |
 //! | `failover` | every node has a replica (`--replicaof`), clients reach nodes through fault proxies (the address that moves); restart guard on (window 500 ms) | rounds of two faults 10–60 ms apart: both faults' replicas cut off (`REPLICAOF NO ONE`), then, after a quiet 50–250 ms, once a lease granted after the cut is kept (extended, or held 150 ms): SIGKILL the masters, repoint the proxies to the replicas, drop every connection (proxy `Reset`, `CLIENT KILL TYPE normal`), again 3–5 times inside the window; a new replica for each promoted server | 1–2 per fault, 3–4 per round; fair-queue homes first, in the second fault | safe |
 //! | `failover-noguard` | same, restart guard **off** | same | same | violation (negative control): overlapping holders, repeated or decreasing tokens |
+//! | `sentinel-failover` | every node a Sentinel group: its master, a replica and three Sentinels (`down-after-milliseconds` 2 s, `failover-timeout` 2 s), the clients given the Sentinels (`redis+sentinel://`, reconnects backing off at most 200 ms); TTL 2 s, restart guard on (window 2.4 s) | rounds: the victims' replicas cut off (`REPLICAOF NO ONE`), then, once a lease granted after the cut is kept, per victim 10–60 ms apart: `SENTINEL FAILOVER` and SIGKILL (or SIGSTOP) of the old master the moment the replica is promoted, or SIGKILL and the Sentinels' own failover, the three kinds in turn; the old master restarted (or resumed 1.5 s later) as the new one's replica | 3–4 groups per round; fair-queue homes first | safe |
+//! | `sentinel-failover-noguard` | same, restart guard **off** | same | same | violation (negative control): overlapping holders, repeated or decreasing tokens |
 //! | `pause` | | quiet 200–800 ms; SIGSTOP 100–1500 ms, SIGCONT | 1–2 random | safe |
 //! | `client-pause` | | quiet 200–800 ms; `CLIENT PAUSE ms ALL`, 100–1500 ms | 1–2 random | safe |
 //! | `worker-pause` | workers in processes dwell 40–80 ms between read and write | quiet 200–600 ms; SIGSTOP a worker process at its next critical section, for 1.5–3 TTL, SIGCONT | 1 process | no overlap; lost updates; 0 stale writes accepted, some rejected |
@@ -36,6 +38,13 @@
 //! window from the first connection that reached it, on that connection
 //! and every later one, and with fencing not until its fences are
 //! re-seeded.
+//!
+//! The Sentinel failover nemesis (`nemesis/sentinel.rs`) is the same
+//! loss through the real thing: Sentinels that promote the replica, config
+//! epochs, the clients' discovery, demoted masters that come back. Its
+//! lease is longer (2 s, `Nemesis::ttl`): a Sentinel failover takes up to
+//! about a second and a half, and the lease the promoted replicas missed
+//! must outlive it.
 //!
 //! `libfaketime` would be the usual way to move a node's clock, but it
 //! hangs Debian's `redis-server`; expiring the keys early is what a clock
@@ -58,6 +67,7 @@ use crate::proxy::{Fault, FaultProxy};
 use crate::server::{Cluster, RedisServer, ServerOptions};
 
 mod failover;
+mod sentinel;
 
 /// Bounds every command the nemesis sends to a node itself.
 const NODE_TIMEOUT: Duration = Duration::from_millis(500);
@@ -74,6 +84,8 @@ pub enum Nemesis {
     KillNopersist,
     Failover,
     FailoverNoguard,
+    SentinelFailover,
+    SentinelFailoverNoguard,
     Pause,
     ClientPause,
     WorkerPause,
@@ -117,12 +129,14 @@ impl Expect {
 }
 
 impl Nemesis {
-    pub const ALL: [Nemesis; 13] = [
+    pub const ALL: [Nemesis; 15] = [
         Nemesis::KillAof,
         Nemesis::KillNopersistGuard,
         Nemesis::KillNopersist,
         Nemesis::Failover,
         Nemesis::FailoverNoguard,
+        Nemesis::SentinelFailover,
+        Nemesis::SentinelFailoverNoguard,
         Nemesis::Pause,
         Nemesis::ClientPause,
         Nemesis::WorkerPause,
@@ -140,6 +154,8 @@ impl Nemesis {
             Nemesis::KillNopersist => "kill-nopersist",
             Nemesis::Failover => "failover",
             Nemesis::FailoverNoguard => "failover-noguard",
+            Nemesis::SentinelFailover => "sentinel-failover",
+            Nemesis::SentinelFailoverNoguard => "sentinel-failover-noguard",
             Nemesis::Pause => "pause",
             Nemesis::ClientPause => "client-pause",
             Nemesis::WorkerPause => "worker-pause",
@@ -170,6 +186,12 @@ impl Nemesis {
             Nemesis::FailoverNoguard => {
                 "negative control: the same failover with the restart guard off"
             }
+            Nemesis::SentinelFailover => {
+                "Sentinel failovers of 3-4 groups to replicas that missed writes; restart guard on"
+            }
+            Nemesis::SentinelFailoverNoguard => {
+                "negative control: the same Sentinel failovers with the restart guard off"
+            }
             Nemesis::Pause => "SIGSTOP 1-2 nodes for 100-1500 ms",
             Nemesis::ClientPause => "CLIENT PAUSE ALL on 1-2 nodes for 100-1500 ms",
             Nemesis::WorkerPause => {
@@ -193,7 +215,10 @@ impl Nemesis {
 
     pub fn expect(self) -> Expect {
         match self {
-            Nemesis::KillNopersist | Nemesis::FailoverNoguard | Nemesis::Evict => Expect::Violation,
+            Nemesis::KillNopersist
+            | Nemesis::FailoverNoguard
+            | Nemesis::SentinelFailoverNoguard
+            | Nemesis::Evict => Expect::Violation,
             Nemesis::WorkerPause => Expect::PauseFenced,
             Nemesis::NoFencing => Expect::PauseUnfenced,
             Nemesis::ClockJump => Expect::TokensOnly,
@@ -212,7 +237,10 @@ impl Nemesis {
                 maxmemory_policy: Some("volatile-lru".into()),
                 ..ServerOptions::default()
             },
-            Nemesis::Failover | Nemesis::FailoverNoguard => ServerOptions {
+            Nemesis::Failover
+            | Nemesis::FailoverNoguard
+            | Nemesis::SentinelFailover
+            | Nemesis::SentinelFailoverNoguard => ServerOptions {
                 extra_args: replication_args(),
                 ..ServerOptions::default()
             },
@@ -230,14 +258,55 @@ impl Nemesis {
     /// Whether every lock node has a replica (started by the rig with
     /// [`replica_options`]).
     pub fn uses_replicas(self) -> bool {
-        matches!(self, Nemesis::Failover | Nemesis::FailoverNoguard)
+        matches!(
+            self,
+            Nemesis::Failover
+                | Nemesis::FailoverNoguard
+                | Nemesis::SentinelFailover
+                | Nemesis::SentinelFailoverNoguard
+        )
+    }
+
+    /// Whether every lock node is a Sentinel group: its master, its
+    /// replica and three Sentinels, the clients given the Sentinels'
+    /// addresses (`redis+sentinel://`).
+    pub fn uses_sentinels(self) -> bool {
+        matches!(
+            self,
+            Nemesis::SentinelFailover | Nemesis::SentinelFailoverNoguard
+        )
+    }
+
+    /// The workers' lease. A Sentinel failover takes up to about a second
+    /// and a half (the Sentinels read the promoted replica's role from its
+    /// `INFO`, sent every second during a failover), and a lease the
+    /// promoted replicas missed must outlive it with room for a contender,
+    /// or the control could show nothing.
+    pub fn ttl(self) -> Duration {
+        if self.uses_sentinels() {
+            crate::rig::SENTINEL_TTL
+        } else {
+            crate::rig::TTL
+        }
+    }
+
+    /// The restart guard's window: at least the TTL, with a margin.
+    pub fn guard_window(self) -> Duration {
+        if self.uses_sentinels() {
+            crate::rig::SENTINEL_GUARD_WINDOW
+        } else {
+            crate::rig::GUARD_WINDOW
+        }
     }
 
     /// Whether the clients run with the restart guard.
     pub fn restart_guard(self) -> bool {
         !matches!(
             self,
-            Nemesis::KillAof | Nemesis::KillNopersist | Nemesis::FailoverNoguard
+            Nemesis::KillAof
+                | Nemesis::KillNopersist
+                | Nemesis::FailoverNoguard
+                | Nemesis::SentinelFailoverNoguard
         )
     }
 
@@ -278,6 +347,9 @@ pub struct Faults<'a> {
     pub replicas: &'a mut [RedisServer],
     /// One per node, in node order; empty unless the nemesis uses proxies.
     pub proxies: &'a [FaultProxy],
+    /// The three Sentinels of each node's group, in node order; empty
+    /// unless the nemesis uses Sentinels.
+    pub sentinels: &'a [Vec<RedisServer>],
     pub workers: PauseTargets,
     pub writer: &'a Writer,
     pub clock: Clock,
@@ -285,6 +357,9 @@ pub struct Faults<'a> {
     pub heal_by_ns: u64,
     pub rng: StdRng,
     pub ttl: Duration,
+    /// The restart guard's window (used also when the guard is off, so
+    /// that a control's schedule is its nemesis's).
+    pub window: Duration,
     /// Faults injected.
     pub injected: u32,
     /// Things worth printing with the row.
@@ -302,6 +377,7 @@ pub fn run(nemesis: Nemesis, f: &mut Faults<'_>) -> Result<(), String> {
         Nemesis::KillAof => rolling_kill(f, (100, 400), (0, 300)),
         Nemesis::KillNopersist | Nemesis::KillNopersistGuard => rolling_kill(f, (50, 250), (0, 0)),
         Nemesis::Failover | Nemesis::FailoverNoguard => failover::run(f),
+        Nemesis::SentinelFailover | Nemesis::SentinelFailoverNoguard => sentinel::run(f),
         Nemesis::Pause => node_pause(f),
         Nemesis::ClientPause => client_pause(f),
         Nemesis::WorkerPause | Nemesis::NoFencing => worker_pause(f),

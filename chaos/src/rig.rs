@@ -3,7 +3,8 @@
 //! final counters and the check.
 //!
 //! Ownership is what keeps a failing run from leaking processes: the lock
-//! nodes, their replicas (failover) and the data node are `RedisServer`s
+//! nodes, their replicas (failover), their Sentinels (Sentinel failover)
+//! and the data node are `RedisServer`s
 //! (killed on drop), the proxies `FaultProxy`s (closed on drop), the
 //! worker processes `Children` (killed on drop). Each is a local of
 //! [`run`], so an early `?` or a panic drops them all.
@@ -30,6 +31,7 @@ use crate::nemesis::{self, Faults, Nemesis};
 use crate::plot;
 use crate::proxy::FaultProxy;
 use crate::report::{self, Outcome};
+use crate::sentinel;
 use crate::server::{Cluster, RedisServer};
 use crate::worker::{self, LockConfig, ProcArgs, Setup, Sink, Style};
 use crate::BoxError;
@@ -48,6 +50,27 @@ pub const MAX_WAIT: Duration = Duration::from_secs(2);
 /// The restart guard's window: at least the longest TTL in use (it is the
 /// only TTL here), with a margin.
 pub const GUARD_WINDOW: Duration = Duration::from_millis(500);
+/// The lease under the Sentinel nemeses (`Nemesis::ttl` says why).
+pub const SENTINEL_TTL: Duration = Duration::from_secs(2);
+/// The restart guard's window under the Sentinel nemeses.
+pub const SENTINEL_GUARD_WINDOW: Duration = Duration::from_millis(2400);
+/// The clients' longest pause between reconnects under the Sentinel
+/// nemeses (the library's default is 1 s). A node whose master died is
+/// retried at 25, 50, 100 ms…: with the default, the first request to
+/// reach a promoted replica came up to a second after the switch, most
+/// of what is left of the lease it missed; the control then often showed
+/// nothing within a short run. Clients that retry sooner are also the
+/// harder test of the guard: they reach the promoted replica first.
+const SENTINEL_RECONNECT_BACKOFF: Duration = Duration::from_millis(200);
+/// The Sentinels' `down-after-milliseconds`: short, for the failovers the
+/// Sentinels decide themselves, and well above their ping period (1 s).
+/// At 1 s, a Sentinel that had just switched masters sent its first
+/// `PING` to the new one a second after the switch and called it down
+/// before the answer came: a second failover, back to the old master.
+const SENTINEL_DOWN_AFTER: Duration = Duration::from_secs(2);
+/// The Sentinels' `failover-timeout`: also the least time between two
+/// failovers of one group they start themselves (twice this).
+const SENTINEL_FAILOVER_TIMEOUT: Duration = Duration::from_secs(2);
 /// Between the servers' start and the first client. The restart guard
 /// treats a node it first sees with an uptime below its window as just
 /// restarted; Redis reports uptime in whole seconds, rounded down, so
@@ -84,6 +107,21 @@ pub fn run(
     } else {
         Vec::new()
     };
+    let (ttl, window) = (nemesis.ttl(), nemesis.guard_window());
+    let sentinels: Vec<Vec<RedisServer>> = if nemesis.uses_sentinels() {
+        start_local(|| start_sentinel_groups(&cluster, &replicas))?
+    } else {
+        Vec::new()
+    };
+    // The Sentinels report a master's uptime as no more than the time
+    // they have known it (`role-reported-time`, from their start): the
+    // clients start once that is past the window, so that every node
+    // votes from the first request.
+    let warm_up = if sentinels.is_empty() {
+        WARM_UP
+    } else {
+        WARM_UP.max(window + Duration::from_millis(500))
+    };
     let proxies: Vec<FaultProxy> = if nemesis.uses_proxies() {
         cluster
             .nodes
@@ -93,7 +131,9 @@ pub fn run(
     } else {
         Vec::new()
     };
-    let urls = if proxies.is_empty() {
+    let urls = if !sentinels.is_empty() {
+        sentinels.iter().map(|s| sentinel::url(s)).collect()
+    } else if proxies.is_empty() {
         cluster.urls()
     } else {
         proxies.iter().map(FaultProxy::url).collect()
@@ -101,7 +141,7 @@ pub fn run(
     let path = dir.join(format!("{:02}-{}.jsonl", index + 1, nemesis.name()));
     // The writer's own clock is not used: every stamp comes from `Clock`.
     let writer = Arc::new(Writer::create(&path, Instant::now())?);
-    thread::sleep(WARM_UP);
+    thread::sleep(warm_up);
 
     // A table per run: each run's lock nodes are new, so its tokens owe
     // nothing to the last run's.
@@ -113,12 +153,15 @@ pub fn run(
     rt.block_on(DataStore::create(&store))?;
     let seed = worker::worker_seed(opts.seed, 1_000_000 + index as u32);
     let lock = LockConfig {
-        ttl: TTL,
+        ttl,
         node_timeout: NODE_TIMEOUT,
         max_wait: MAX_WAIT,
         resources: opts.resources,
         fencing: nemesis.fencing(),
-        guard: nemesis.restart_guard().then_some(GUARD_WINDOW),
+        guard: nemesis.restart_guard().then_some(window),
+        reconnect_backoff_max: nemesis
+            .uses_sentinels()
+            .then_some(SENTINEL_RECONNECT_BACKOFF),
         announce: false,
     };
     let clock = Clock::start();
@@ -156,12 +199,14 @@ pub fn run(
         nodes: &mut cluster,
         replicas: &mut replicas,
         proxies: &proxies,
+        sentinels: &sentinels,
         workers: children.targets(),
         writer: &writer,
         clock,
         heal_by_ns: until_ns.saturating_sub(nanos(TAIL)),
         rng: StdRng::seed_from_u64(seed),
-        ttl: TTL,
+        ttl,
+        window,
         injected: 0,
         notes: Vec::new(),
     };
@@ -181,7 +226,7 @@ pub fn run(
     let (injected, notes) = (faults.injected, std::mem::take(&mut faults.notes));
     // Workers start no acquire after `until`; one may still be waiting
     // (max_wait) and holding (a few TTLs) after it.
-    errors.extend(children.wait(Instant::now() + MAX_WAIT * 2 + TTL * 10));
+    errors.extend(children.wait(Instant::now() + MAX_WAIT * 2 + ttl * 10));
     let bad = children.bad_lines();
     if bad > 0 {
         errors.push(format!("{bad} lines from worker processes were not events"));
@@ -247,8 +292,10 @@ async fn run_tasks(setup: Arc<Setup>, opts: &Options, seed: u64) -> Vec<String> 
             tokio::spawn(worker::run(id, Style::of(i), seed, Arc::clone(&setup)))
         })
         .collect();
-    let deadline =
-        tokio::time::Instant::now() + setup.clock.until(setup.until_ns) + MAX_WAIT * 2 + TTL * 10;
+    let deadline = tokio::time::Instant::now()
+        + setup.clock.until(setup.until_ns)
+        + MAX_WAIT * 2
+        + setup.lock.ttl * 10;
     let mut errors = Vec::new();
     for (i, h) in handles.into_iter().enumerate() {
         let abort = h.abort_handle();
@@ -301,4 +348,40 @@ fn start_local<T>(start: impl FnOnce() -> T) -> Result<T, BoxError> {
          (Debian: apt-get install redis-server) or set REDIS_SERVER_BIN"
             .into()
     })
+}
+
+/// Three Sentinels per lock node, watching its master (and finding its
+/// replica); returns once every group knows its replica and its other
+/// Sentinels. All fifteen are started first, then waited for: they meet
+/// through their hello messages, every 2 s.
+fn start_sentinel_groups(cluster: &Cluster, replicas: &[RedisServer]) -> Vec<Vec<RedisServer>> {
+    let groups: Vec<Vec<RedisServer>> = cluster
+        .nodes
+        .iter()
+        .map(|n| {
+            sentinel::start_sentinels(n.port(), SENTINEL_DOWN_AFTER, SENTINEL_FAILOVER_TIMEOUT)
+        })
+        .collect();
+    for (group, replica) in groups.iter().zip(replicas) {
+        sentinel::wait_acquainted(group, 1);
+        assert!(
+            replica
+                .cli(&["INFO", "replication"])
+                .contains("master_link_status:up"),
+            "replica {} not in sync",
+            replica.port()
+        );
+        for s in group {
+            // The replicas' `INFO` every second, not every 10 s: a replica
+            // cut off (a master to the Sentinels' eyes) must have answered
+            // within 3 s (5 s once its master is down) to be promoted.
+            // `SENTINEL DEBUG` is Redis 7's; without it a failover the
+            // Sentinels decide may be refused and tried again later.
+            let reply = s.cli(&["SENTINEL", "DEBUG", "info-period", "1000"]);
+            if reply != "OK" {
+                eprintln!("sentinel {}: SENTINEL DEBUG info-period: {reply}", s.port());
+            }
+        }
+    }
+    groups
 }

@@ -46,6 +46,9 @@ pub struct LockConfig {
     pub fencing: bool,
     /// The restart guard's window; `None` turns the guard off.
     pub guard: Option<Duration>,
+    /// The clients' longest pause between reconnects to a node that is
+    /// down (the library's default, 1 s, unless set).
+    pub reconnect_backoff_max: Option<Duration>,
     /// Announce each critical section on stdout (`#cs LEASE`) and dwell in
     /// it long enough for the parent to SIGSTOP the process there.
     pub announce: bool,
@@ -57,7 +60,11 @@ impl LockConfig {
             Some(window) => RestartGuard::new().with_window(window),
             None => RestartGuard::off(),
         };
-        Ok(Client::builder(nodes.iter().cloned())
+        let mut builder = Client::builder(nodes.iter().cloned());
+        if let Some(max) = self.reconnect_backoff_max {
+            builder = builder.reconnect_backoff_max(max);
+        }
+        Ok(builder
             .node_timeout(self.node_timeout)
             .retry(Retry::new().with_max_wait(self.max_wait))
             .fencing(self.fencing)
@@ -433,7 +440,8 @@ impl ProcArgs {
             ("index", self.index.to_string()),
             ("tasks", self.tasks.to_string()),
             ("first-id", self.first_id.to_string()),
-            ("nodes", self.nodes.join(",")),
+            // Spaces: a Sentinel node's URL has commas.
+            ("nodes", self.nodes.join(" ")),
             ("data", self.data_url.clone()),
             ("store", self.store.to_arg()),
             ("origin-ns", self.origin_ns.to_string()),
@@ -445,6 +453,10 @@ impl ProcArgs {
             ("resources", l.resources.to_string()),
             ("fencing", l.fencing.to_string()),
             ("guard-ms", l.guard.map_or("off".to_owned(), ms)),
+            (
+                "backoff-max-ms",
+                l.reconnect_backoff_max.map_or("default".to_owned(), ms),
+            ),
             ("announce", l.announce.to_string()),
             ("parent-pid", self.parent_pid.to_string()),
         ];
@@ -469,11 +481,15 @@ impl ProcArgs {
             "off" => None,
             v => Some(Duration::from_millis(num("guard-ms", v)?)),
         };
+        let reconnect_backoff_max = match get("backoff-max-ms")? {
+            "default" => None,
+            v => Some(Duration::from_millis(num("backoff-max-ms", v)?)),
+        };
         Ok(Self {
             index: num("index", get("index")?)?,
             tasks: num("tasks", get("tasks")?)?,
             first_id: num("first-id", get("first-id")?)?,
-            nodes: get("nodes")?.split(',').map(str::to_owned).collect(),
+            nodes: get("nodes")?.split(' ').map(str::to_owned).collect(),
             data_url: get("data")?.to_owned(),
             store: StoreSpec::parse(get("store")?)?,
             origin_ns: num("origin-ns", get("origin-ns")?)?,
@@ -486,6 +502,7 @@ impl ProcArgs {
                 resources: num("resources", get("resources")?)?,
                 fencing: num("fencing", get("fencing")?)?,
                 guard,
+                reconnect_backoff_max,
                 announce: num("announce", get("announce")?)?,
             },
             parent_pid: num("parent-pid", get("parent-pid")?)?,

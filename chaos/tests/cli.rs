@@ -20,11 +20,13 @@ fn list_names_every_nemesis_and_exits_0() {
         .lines()
         .filter_map(|l| l.split_whitespace().next())
         .collect();
-    assert_eq!(names.len(), 13, "{text}");
+    assert_eq!(names.len(), 15, "{text}");
     for name in [
         "kill-aof",
         "failover",
         "failover-noguard",
+        "sentinel-failover",
+        "sentinel-failover-noguard",
         "pause",
         "clock-jump",
         "evict",

@@ -360,6 +360,67 @@ async fn a_demoted_master_is_not_used() {
     );
 }
 
+/// Sentinels redeployed (their configuration written from a template
+/// again, so their config epochs start from 0, below the failover this
+/// client saw): three of three agreeing on the master at the older epoch
+/// are believed, and the node starts over from it (DESIGN.md, section 3b)
+/// instead of refusing every answer as older than the last failover seen,
+/// which would leave the node unavailable for good.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redeployed_sentinels_starting_from_epoch_0_are_believed() {
+    let mut group = SentinelGroup::start();
+    let client = client(vec![NodeSpec::from(group.url())], RestartGuard::off());
+    client.acquire("e", secs(5)).await.unwrap().release().await;
+    group.failover();
+    group.wait_master(1);
+    let epoch = |g: &SentinelGroup| {
+        let m = g.sentinels[0].cli(&["SENTINEL", "MASTER", MASTER_NAME]);
+        crate::support::sentinel::field(&m, "config-epoch").map(str::to_owned)
+    };
+    assert_eq!(epoch(&group).as_deref(), Some("1"));
+    // The client follows the failover: it admits the new master at epoch 1.
+    let deadline = Instant::now() + secs(20);
+    loop {
+        let granted = client
+            .lock("e", secs(5))
+            .retry(Retry::new().with_max_wait(secs(10)))
+            .acquire()
+            .await
+            .expect("granted around the failover");
+        let on_new = group.servers[1].count_keys(&lock_key("e")) == 1;
+        granted.release().await;
+        if on_new {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the client never reached the new master"
+        );
+        tokio::time::sleep(ms(200)).await;
+    }
+
+    group.redeploy_sentinels();
+    assert_eq!(epoch(&group).as_deref(), Some("0"));
+    // Every connection to the master dropped: the next request asks the
+    // redeployed Sentinels where the master is.
+    let killed = group.servers[1].cli(&["CLIENT", "KILL", "TYPE", "normal"]);
+    assert_ne!(killed, "0", "the client had no connection to drop");
+    let again = client
+        .lock("e", secs(5))
+        .retry(Retry::new().with_max_wait(secs(15)))
+        .acquire()
+        .await
+        .expect("granted through the redeployed sentinels");
+    assert_eq!(group.servers[1].count_keys(&lock_key("e")), 1);
+    again.release().await;
+    // The watch of the Sentinels (every 500 ms) sees epoch 0 as the
+    // newest now: it does not drop the connection, nor refuse the master.
+    tokio::time::sleep(secs(2)).await;
+    for _ in 0..5 {
+        client.acquire("e", secs(5)).await.unwrap().release().await;
+    }
+}
+
 /// A Sentinel group as one of three nodes: during its failover (and its
 /// new master's window) it loses its vote, and the set keeps granting.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

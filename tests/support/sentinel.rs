@@ -10,6 +10,10 @@
 //! failover timeout (which is also that grace) is long; failovers here are
 //! decided by `down-after-milliseconds` and end as soon as the one replica
 //! is promoted.
+//!
+//! The fault suite (`chaos/src/rig.rs`) builds its Sentinel groups from
+//! [`start_sentinels`] and [`wait_acquainted`], around replicas of its own
+//! that replicate directly (and short timeouts: see there).
 
 // Each includer (the integration tests, the CLI's) uses a different subset.
 #![allow(dead_code)]
@@ -24,6 +28,9 @@ use super::server::{RedisServer, ServerOptions};
 pub const MASTER_NAME: &str = "mymaster";
 /// How long the Sentinels wait before they call a silent master down.
 pub const DOWN_AFTER: Duration = Duration::from_millis(1500);
+/// Long: the Sentinels "fix" a replica whose master address differs from
+/// theirs (this one replicates through a proxy) after this long.
+const FAILOVER_TIMEOUT: Duration = Duration::from_secs(60);
 /// Bounds every wait of this harness.
 const WAIT: Duration = Duration::from_secs(30);
 
@@ -48,49 +55,24 @@ impl SentinelGroup {
             replica_of: Some(replication.port()),
             ..ServerOptions::default()
         });
-        let conf = format!(
-            "sentinel resolve-hostnames no\n\
-             sentinel announce-ip 127.0.0.1\n\
-             sentinel monitor {MASTER_NAME} 127.0.0.1 {} 2\n\
-             sentinel down-after-milliseconds {MASTER_NAME} {}\n\
-             sentinel failover-timeout {MASTER_NAME} 60000\n",
-            master.port(),
-            DOWN_AFTER.as_millis()
-        );
-        let sentinels = (0..3)
-            .map(|_| {
-                RedisServer::start_with(ServerOptions {
-                    sentinel_conf: Some(conf.clone()),
-                    ..ServerOptions::default()
-                })
-            })
-            .collect();
+        let sentinels = start_sentinels(master.port(), DOWN_AFTER, FAILOVER_TIMEOUT);
         let group = SentinelGroup {
             servers: vec![master, replica],
             sentinels,
             replication,
         };
-        group.wait_until("the replica in sync and the sentinels acquainted", |g| {
+        group.wait_until("the replica in sync", |g| {
             g.servers[1]
                 .cli(&["INFO", "replication"])
                 .contains("master_link_status:up")
-                && g.sentinels.iter().all(|s| {
-                    let m = s.cli(&["SENTINEL", "MASTER", MASTER_NAME]);
-                    field(&m, "num-other-sentinels") == Some("2")
-                        && field(&m, "num-slaves") == Some("1")
-                })
         });
+        wait_acquainted(&group.sentinels, 1);
         group
     }
 
     /// `redis+sentinel://127.0.0.1:p1,127.0.0.1:p2,127.0.0.1:p3/mymaster`.
     pub fn url(&self) -> String {
-        let hosts: Vec<String> = self
-            .sentinels
-            .iter()
-            .map(|s| format!("127.0.0.1:{}", s.port()))
-            .collect();
-        format!("redis+sentinel://{}/{MASTER_NAME}", hosts.join(","))
+        url(&self.sentinels)
     }
 
     /// The port the first Sentinel that answers names as master.
@@ -150,15 +132,105 @@ impl SentinelGroup {
         });
     }
 
-    fn wait_until(&self, what: &str, mut done: impl FnMut(&Self) -> bool) {
-        let deadline = Instant::now() + WAIT;
-        while !done(self) {
-            assert!(
-                Instant::now() < deadline,
-                "sentinel group: not {what} after {WAIT:?}"
-            );
-            thread::sleep(Duration::from_millis(50));
+    /// The Sentinels redeployed: each killed and started again on its port
+    /// from a fresh configuration that monitors the current master, as a
+    /// deployment template would write it. Their config epochs start from
+    /// 0 again, below what any client saw before. Returns once all three
+    /// name the master at epoch 0 and know each other.
+    pub fn redeploy_sentinels(&mut self) {
+        let master = self.master_port();
+        let fresh = conf(master, DOWN_AFTER, FAILOVER_TIMEOUT);
+        for s in &mut self.sentinels {
+            let info = s.cli(&["INFO", "server"]);
+            let path = info
+                .lines()
+                .find_map(|l| l.strip_prefix("config_file:"))
+                .map(|p| std::path::PathBuf::from(p.trim()))
+                .expect("a Sentinel reports its config file");
+            s.kill();
+            std::fs::write(&path, &fresh)
+                .unwrap_or_else(|e| panic!("writing {}: {e}", path.display()));
+            s.restart();
         }
+        let port = master.to_string();
+        self.wait_until("the redeployed sentinels agreed at epoch 0", |g| {
+            g.sentinels.iter().all(|s| {
+                let m = s.cli(&["SENTINEL", "MASTER", MASTER_NAME]);
+                field(&m, "port") == Some(port.as_str())
+                    && field(&m, "config-epoch") == Some("0")
+                    && field(&m, "num-other-sentinels") == Some("2")
+            })
+        });
+    }
+
+    fn wait_until(&self, what: &str, mut done: impl FnMut(&Self) -> bool) {
+        wait_for(what, || done(self));
+    }
+}
+
+/// Three Sentinels (`redis-server <conf> --sentinel`) watching the master
+/// on `master` as [`MASTER_NAME`]; they find its replicas and each other
+/// on their own ([`wait_acquainted`] waits for that).
+pub fn start_sentinels(
+    master: u16,
+    down_after: Duration,
+    failover_timeout: Duration,
+) -> Vec<RedisServer> {
+    let conf = conf(master, down_after, failover_timeout);
+    (0..3)
+        .map(|_| {
+            RedisServer::start_with(ServerOptions {
+                sentinel_conf: Some(conf.clone()),
+                ..ServerOptions::default()
+            })
+        })
+        .collect()
+}
+
+/// A Sentinel's configuration as deployed: no epoch, no other Sentinels
+/// or replicas yet (it finds them), the master on `master`.
+fn conf(master: u16, down_after: Duration, failover_timeout: Duration) -> String {
+    format!(
+        "sentinel resolve-hostnames no\n\
+         sentinel announce-ip 127.0.0.1\n\
+         sentinel monitor {MASTER_NAME} 127.0.0.1 {master} 2\n\
+         sentinel down-after-milliseconds {MASTER_NAME} {}\n\
+         sentinel failover-timeout {MASTER_NAME} {}\n",
+        down_after.as_millis(),
+        failover_timeout.as_millis()
+    )
+}
+
+/// Waits until every Sentinel of a group knows `replicas` replicas and the
+/// other Sentinels (so a failover can be authorised).
+pub fn wait_acquainted(sentinels: &[RedisServer], replicas: usize) {
+    let (others, replicas) = ((sentinels.len() - 1).to_string(), replicas.to_string());
+    wait_for("the sentinels acquainted", || {
+        sentinels.iter().all(|s| {
+            let m = s.cli(&["SENTINEL", "MASTER", MASTER_NAME]);
+            field(&m, "num-other-sentinels") == Some(others.as_str())
+                && field(&m, "num-slaves") == Some(replicas.as_str())
+        })
+    });
+}
+
+/// `redis+sentinel://127.0.0.1:p1,127.0.0.1:p2,127.0.0.1:p3/mymaster`.
+pub fn url(sentinels: &[RedisServer]) -> String {
+    let hosts: Vec<String> = sentinels
+        .iter()
+        .map(|s| format!("127.0.0.1:{}", s.port()))
+        .collect();
+    format!("redis+sentinel://{}/{MASTER_NAME}", hosts.join(","))
+}
+
+fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + WAIT;
+    while !done() {
+        assert!(
+            Instant::now() < deadline,
+            "sentinel group: not {what} after {WAIT:?}"
+        );
+        thread::sleep(Duration::from_millis(50));
     }
 }
 

@@ -95,7 +95,7 @@ const DROPS: (usize, usize) = (3, 5);
 const DROP_AT: (u64, u64) = (60, 420);
 
 /// A lock key and the value a holder set.
-type Lease = (String, Vec<u8>);
+pub(super) type Lease = (String, Vec<u8>);
 
 /// One of a round's two faults.
 struct Failover {
@@ -174,7 +174,7 @@ pub(super) fn run(f: &mut Faults<'_>) -> Result<(), String> {
         }
         let cut = Instant::now();
         let wait = MISSED_WAIT.max(quiet).min(f.left().saturating_sub(room));
-        let missed = wait_missed(f, &all, quiet, wait);
+        let missed = wait_missed(f, &all, quiet, wait, HELD);
         if missed.is_empty() {
             without_missed += 1;
         }
@@ -286,7 +286,7 @@ fn drop_offsets(f: &mut Faults<'_>) -> Vec<Duration> {
 }
 
 /// The replica keeps what it has and stops following its master.
-fn cut_off(f: &mut Faults<'_>, v: usize) {
+pub(super) fn cut_off(f: &mut Faults<'_>, v: usize) {
     let port = f.replicas[v].port();
     let done = connect(port).and_then(|mut c| {
         redis::cmd("REPLICAOF")
@@ -376,7 +376,7 @@ fn lock_values(port: u16) -> redis::RedisResult<HashMap<String, (Vec<u8>, i64)>>
 
 /// Nodes holding a fair queue (`{prefix}queue:*`): the homes of the
 /// resources with waiters.
-fn queue_homes(f: &Faults<'_>) -> Vec<usize> {
+pub(super) fn queue_homes(f: &Faults<'_>) -> Vec<usize> {
     let pattern = format!("{}queue:*", redfence::limits::DEFAULT_PREFIX);
     (0..f.nodes.nodes.len())
         .filter(|&v| {
@@ -425,12 +425,18 @@ struct Watched {
 
 /// Waits up to `wait` for leases missed by every victim's replica whose
 /// holder is seen to keep them: one just extended (its key's time to live
-/// rose), or one held [`HELD`] without an extension (a holder that lets it
+/// rose), or one held `held` ([`HELD`] in this nemesis) without an extension (a holder that lets it
 /// run out). Either is valid well after the round's second fault, and an
 /// extending holder learns of the loss only at its next extension, a
 /// third of its validity later. Returns them, not before `quiet` has
 /// passed; none when `wait` ran out.
-fn wait_missed(f: &Faults<'_>, victims: &[usize], quiet: Duration, wait: Duration) -> Vec<Lease> {
+pub(super) fn wait_missed(
+    f: &Faults<'_>,
+    victims: &[usize],
+    quiet: Duration,
+    wait: Duration,
+    held: Duration,
+) -> Vec<Lease> {
     let (quiet_until, until) = (Instant::now() + quiet, Instant::now() + wait);
     let mut watched: HashMap<Lease, Watched> = HashMap::new();
     loop {
@@ -442,7 +448,7 @@ fn wait_missed(f: &Faults<'_>, victims: &[usize], quiet: Duration, wait: Duratio
             match watched.get_mut(&lease) {
                 Some(w) => {
                     let extended = ttl_ms > w.ttl_ms + RISE_MS;
-                    if extended || now.duration_since(w.first_seen) >= HELD {
+                    if extended || now.duration_since(w.first_seen) >= held {
                         kept.push(lease);
                     } else {
                         w.ttl_ms = ttl_ms;
@@ -470,7 +476,7 @@ fn wait_missed(f: &Faults<'_>, victims: &[usize], quiet: Duration, wait: Duratio
 }
 
 /// Whether one of `missed` is still held on every one of `nodes`.
-fn still_held(f: &Faults<'_>, nodes: &[usize], missed: &[Lease]) -> bool {
+pub(super) fn still_held(f: &Faults<'_>, nodes: &[usize], missed: &[Lease]) -> bool {
     let values: Vec<_> = nodes.iter().map(|&v| lock_values(f.port(v))).collect();
     missed.iter().any(|(key, value)| {
         values.iter().all(|m| {
@@ -486,7 +492,7 @@ fn info_replication(port: u16) -> Option<String> {
 }
 
 /// The replica at `port` finished its full sync and follows its master.
-fn replica_in_sync(port: u16) -> bool {
+pub(super) fn replica_in_sync(port: u16) -> bool {
     info_replication(port).is_some_and(|info| {
         info.lines().any(|l| l.trim() == "master_link_status:up")
             && info.lines().any(|l| l.trim() == "role:slave")
