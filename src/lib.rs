@@ -107,7 +107,8 @@
 //!    try once, run a closure, wait), `fair` (waiting in the fair queue),
 //!    `guard` ([`LockGuard`]), `lease`
 //!    ([`Lease`], the lost-lock signal), `watchdog` (the auto-extension
-//!    task).
+//!    task); `election` ([`Election`], [`Leadership`]: leader election
+//!    over the lock, its term the fencing token).
 //! 3. The protocol operations over the shared state, one file each:
 //!    `protocol::{shared, round, attempt, settle, extend, release, reseed,
 //!    inspect, queue}` ([`Client::inspect`] and the forced release; the
@@ -155,6 +156,7 @@ mod builder;
 mod client;
 mod cluster;
 mod config;
+mod election;
 mod error;
 mod failure;
 mod fair;
@@ -217,6 +219,7 @@ pub use autoextend::AutoExtend;
 pub use builder::Builder;
 pub use client::Client;
 pub use config::NodeSpec;
+pub use election::{Election, ElectionError, Leader, Leadership, Observer};
 pub use error::{ConfigError, Error};
 pub use failure::{FailureReason, NodeErrorKind, NodeFailure, Phase, QuorumFailure};
 pub use fence::FencingToken;
@@ -257,5 +260,11 @@ mod tests {
         check::<super::Lease>();
         check::<super::LockRequest>();
         check::<super::Error>();
+        check::<super::Election>();
+        check::<super::Leadership>();
+        check::<super::ElectionError>();
+        // Polled by one task at a time: `Send`, not `Sync`.
+        fn send<T: Send + 'static>() {}
+        send::<super::Observer>();
     }
 }
