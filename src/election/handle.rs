@@ -293,10 +293,12 @@ impl Election {
     /// retried at the next interval. No task is spawned: the reads run
     /// when the [`Observer`] is polled, and stop with it.
     pub fn observe(&self) -> Observer {
-        Observer::new(self.clone())
-    }
-
-    pub(crate) fn interval(&self) -> Duration {
-        self.observe_interval
+        Observer::new(
+            Arc::clone(&self.shared),
+            Arc::clone(&self.name),
+            Arc::clone(&self.resource),
+            Arc::clone(&self.record_key),
+            self.observe_interval,
+        )
     }
 }

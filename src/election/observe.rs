@@ -14,8 +14,13 @@ use std::task::{Context, Poll};
 
 use futures::stream::{BoxStream, Stream, StreamExt};
 
-use super::handle::Election;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::protocol::shared::Shared;
+
 use super::leader::Leader;
+use super::read::read_leader;
 
 /// The leaders of an election: the current one, then each new one once,
 /// terms strictly increasing; made by
@@ -37,23 +42,33 @@ impl fmt::Debug for Observer {
 }
 
 impl Observer {
-    pub(crate) fn new(election: Election) -> Self {
-        let name = election.name().to_owned();
-        let leaders = futures::stream::unfold((election, None), |(election, last)| async move {
+    /// The leaders of the election `name` (lock resource `resource`,
+    /// record `key`), read every `interval`.
+    pub(crate) fn new(
+        shared: Arc<Shared>,
+        name: Arc<str>,
+        resource: Arc<str>,
+        key: Arc<str>,
+        interval: Duration,
+    ) -> Self {
+        let election = name.to_string();
+        let state = (shared, name, resource, key, None::<u64>);
+        let leaders = futures::stream::unfold(state, move |state| async move {
+            let (shared, name, resource, key, last) = state;
             loop {
-                match election.leader().await {
+                match read_leader(&shared, &name, &resource, &key).await {
                     Ok(Some(leader)) if last.is_none_or(|l| leader.term.get() > l) => {
                         let term = leader.term.get();
-                        return Some((leader, (election, Some(term))));
+                        return Some((leader, (shared, name, resource, key, Some(term))));
                     }
                     Ok(_) => {}
                     Err(error) => tracing::debug!(%error, "observe: leader not read"),
                 }
-                tokio::time::sleep(election.interval()).await;
+                tokio::time::sleep(interval).await;
             }
         });
         Self {
-            election: name,
+            election,
             leaders: leaders.boxed(),
         }
     }
