@@ -106,7 +106,9 @@
 //! 2. `mutex`: the lock family's floor, today the mutex: its request
 //!    ([`LockRequest`]: acquire, try once, run a closure, wait) and guard
 //!    ([`LockGuard`]). The family (semaphore, rwlock, multi, election, once)
-//!    goes in sibling folders here, each thin over the floors below.
+//!    goes in sibling folders here, each thin over the floors below:
+//!    `election` ([`Election`], [`Leadership`]: leader election over the
+//!    lock, its term the fencing token).
 //! 3. `lease`: what a request hands out ([`Lease`], the lost-lock signal)
 //!    and the auto-extension task (`watchdog`).
 //! 4. `protocol`: the operations over the shared state, one file each
@@ -159,6 +161,7 @@
 
 mod audit;
 mod client;
+mod election;
 mod error;
 mod lease;
 mod logic;
@@ -195,6 +198,7 @@ pub use store::sqlx;
 pub use audit::{Audit, Check, Finding, NodeAudit, Severity};
 pub use client::builder::Builder;
 pub use client::Client;
+pub use election::{Election, ElectionError, Leader, Leadership, Observer};
 pub use error::failure::{FailureReason, NodeErrorKind, NodeFailure, Phase, QuorumFailure};
 pub use error::lost::{LossReason, LostLock};
 pub use error::{ConfigError, Error};
@@ -237,5 +241,11 @@ mod tests {
         check::<super::Lease>();
         check::<super::LockRequest>();
         check::<super::Error>();
+        check::<super::Election>();
+        check::<super::Leadership>();
+        check::<super::ElectionError>();
+        // Polled by one task at a time: `Send`, not `Sync`.
+        fn send<T: Send + 'static>() {}
+        send::<super::Observer>();
     }
 }

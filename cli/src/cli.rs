@@ -48,6 +48,7 @@ Examples:
   export REDFENCE_NODES=redis://10.0.0.1:6379,redis://10.0.0.2:6379,redis://10.0.0.3:6379
   redfence exec --no-wait nightly-dedup -- /usr/local/bin/dedup --since yesterday
   redfence exec --wait 2m --ttl 30s invoices -- ./bill.sh
+  redfence elect outbox-relay -- ./relay
   redfence status nightly-dedup invoices --json
   redfence doctor
   redfence release --force nightly-dedup
@@ -112,6 +113,8 @@ pub(crate) struct Common {
 pub(crate) enum Command {
     /// Run a command while holding a lock; release it when the command exits.
     Exec(Exec),
+    /// Campaign to lead an election; run a command while leader.
+    Elect(Elect),
     /// Show who holds locks, on which nodes, for how long.
     Status(Status),
     /// Audit the nodes against what Redlock assumes (exit 0 clean, 1 warnings,
@@ -163,6 +166,59 @@ pub(crate) struct Exec {
     #[arg(last = true, required = true, num_args = 1.., value_name = "COMMAND")]
     pub(crate) command: Vec<OsString>,
 }
+
+/// `redfence elect`.
+#[derive(Debug, ClapArgs)]
+#[command(
+    after_help = ELECT_EXIT_STATUSES,
+    long_about = "Campaigns to lead election NAME (the lock on election:NAME, which \
+`redfence status election:NAME` shows), waiting as long as another candidate leads \
+(woken by its release notice or its lease's expiry; SIGINT, SIGTERM or SIGHUP stop the \
+wait cleanly). Once elected, publishes --value as the leader's, runs COMMAND in its own \
+process group with the leadership extended in the background, passes it \
+REDFENCE_ELECTION, REDFENCE_RESOURCE, REDFENCE_TOKEN (the term: a fencing token larger \
+for every later leader) and REDFENCE_VALID_UNTIL, and forwards signals to it. When \
+COMMAND exits, resigns (the next candidate is woken) and exits with its status; if the \
+leadership is lost meanwhile, the command is terminated (exit 124). Run it on every \
+host: COMMAND runs on one at a time, and on another within about a TTL when the \
+leader's host dies.\n\n\
+Example: redfence elect --ttl 10s outbox-relay -- ./relay --token-from-env"
+)]
+pub(crate) struct Elect {
+    /// The leadership's lease: how long a vanished leader keeps the others
+    /// out (it is extended every third of it while the command runs).
+    #[arg(long, value_parser = duration::parse, default_value = "10s")]
+    pub(crate) ttl: Duration,
+    /// Give up campaigning after this long (exit 75). Default: wait until
+    /// elected.
+    #[arg(long, value_parser = duration::parse)]
+    pub(crate) wait: Option<Duration>,
+    /// The value published as the leader's (what `leader()` reads).
+    /// Default: HOST:PID.
+    #[arg(long)]
+    pub(crate) value: Option<String>,
+    /// After a lost leadership, how long the command has between SIGTERM
+    /// and SIGKILL.
+    #[arg(long, value_parser = duration::parse, default_value = "5s")]
+    pub(crate) kill_after: Duration,
+    /// The election's name; every candidate must use the same one.
+    pub(crate) name: String,
+    /// The command and its arguments, after `--`.
+    #[arg(last = true, required = true, num_args = 1.., value_name = "COMMAND")]
+    pub(crate) command: Vec<OsString>,
+}
+
+const ELECT_EXIT_STATUSES: &str = "\
+Exit status:
+  N        the command's own exit status (0–255), after resigning
+  128+N    the command was killed by signal N; or redfence got signal N while campaigning
+  2        usage error
+  69       a majority of the nodes refused for good (wrong password, a replica)
+  75       --wait ran out before this candidate was elected: the command did not run
+  124      the leadership was lost while the command ran: the command's process group got
+           SIGTERM, then SIGKILL after --kill-after
+  125      another failure of redfence itself
+  126/127  the command could not be executed / was not found";
 
 /// `redfence status`.
 #[derive(Debug, ClapArgs)]

@@ -11,12 +11,16 @@
 //! attempt may have landed) instead of killing redfence with a key left to
 //! block everyone for a TTL.
 
+use std::ffi::OsString;
+use std::future::Future;
 use std::io;
 use std::os::unix::process::ExitStatusExt as _;
 use std::process::ExitStatus;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use redfence::{AutoExtend, Error, FailureReason, LockGuard, LostLock, QuorumFailure, Retry};
+use redfence::{
+    AutoExtend, Error, FailureReason, Lease, LockGuard, LostLock, QuorumFailure, Released, Retry,
+};
 use tokio::process::{Child, Command};
 use tokio::signal::unix::{signal, Signal, SignalKind};
 
@@ -33,7 +37,7 @@ use crate::fail;
 /// majority had. Their commands are queued on the node connections; the
 /// process exiting would drop them, and their keys would block everyone
 /// until the TTL ran out.
-const MAX_GRACE: Duration = Duration::from_secs(1);
+pub(crate) const MAX_GRACE: Duration = Duration::from_secs(1);
 
 pub(crate) async fn run(common: &Common, args: Exec) -> i32 {
     let client = match crate::client(common, &common.nodes) {
@@ -115,7 +119,12 @@ pub(crate) async fn run(common: &Common, args: Exec) -> i32 {
 /// Releases, and gives the nodes that had not confirmed when a majority
 /// did a grace period (see [`MAX_GRACE`]).
 async fn release(guard: LockGuard, node_timeout: Duration) {
-    let released = guard.release().await;
+    linger(&guard.release().await, node_timeout).await;
+}
+
+/// After a release: the grace period when nodes had not confirmed it.
+/// Shared with `elect`'s resign.
+pub(crate) async fn linger(released: &Released, node_timeout: Duration) {
     if released.confirmed + released.handed_over < released.nodes {
         tokio::time::sleep(node_timeout.min(MAX_GRACE)).await;
     }
@@ -153,7 +162,7 @@ fn not_acquired(args: &Exec, e: &Error) -> i32 {
 }
 
 /// A multi-line message (the per-node detail) joined into one line.
-fn one_line(text: &str) -> String {
+pub(crate) fn one_line(text: &str) -> String {
     text.lines()
         .map(str::trim)
         .filter(|l| !l.is_empty())
@@ -162,23 +171,34 @@ fn one_line(text: &str) -> String {
 }
 
 fn spawn(args: &Exec, guard: &LockGuard) -> io::Result<Child> {
-    let (program, rest) = args
-        .command
+    spawn_under(&args.command, &guard.lease(), &[])
+}
+
+/// Spawns `command` in its own process group with the lease's environment
+/// (`REDFENCE_RESOURCE`, `REDFENCE_TOKEN`, `REDFENCE_VALID_UNTIL`) and
+/// `env`. Shared with `elect`.
+pub(crate) fn spawn_under(
+    command: &[OsString],
+    lease: &Lease,
+    env: &[(&str, &str)],
+) -> io::Result<Child> {
+    let (program, rest) = command
         .split_first()
         .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "no command"))?;
     let valid_until = SystemTime::now()
-        .checked_add(guard.validity())
+        .checked_add(lease.validity())
         .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
         .map_or(0, |d| d.as_millis());
-    let token = guard
+    let token = lease
         .token()
         .map(|t| t.get().to_string())
         .unwrap_or_default();
     Command::new(program)
         .args(rest)
-        .env("REDFENCE_RESOURCE", guard.resource())
+        .env("REDFENCE_RESOURCE", lease.resource())
         .env("REDFENCE_TOKEN", token)
         .env("REDFENCE_VALID_UNTIL", valid_until.to_string())
+        .envs(env.iter().copied())
         // Its own group: a lost lease terminates the command's whole tree,
         // and a terminal's Ctrl-C reaches it through redfence only.
         .process_group(0)
@@ -188,15 +208,29 @@ fn spawn(args: &Exec, guard: &LockGuard) -> io::Result<Child> {
 /// Waits for the child, forwarding signals, and terminates it if the lease
 /// is lost; then releases and returns the exit status.
 async fn supervise(
-    mut child: Child,
+    child: Child,
     guard: LockGuard,
     signals: &mut Signals,
     kill_after: Duration,
     node_timeout: Duration,
 ) -> i32 {
+    let ended = watch(child, guard.lost(), signals, kill_after).await;
+    release(guard, node_timeout).await;
+    ended
+}
+
+/// Waits for the child, forwarding signals to its group; when `lost`
+/// resolves first, SIGTERM to the group, SIGKILL after `kill_after`. Returns
+/// the exit status redfence exits with: the child's, or [`EXIT_LOST`].
+/// Shared with `elect`, whose caller resigns instead of releasing.
+pub(crate) async fn watch(
+    mut child: Child,
+    lost: impl Future<Output = LostLock>,
+    signals: &mut Signals,
+    kill_after: Duration,
+) -> i32 {
     // The child is its group's leader: its pid is the group id.
     let group = child.id().and_then(|pid| i32::try_from(pid).ok());
-    let lost = guard.lost();
     tokio::pin!(lost);
     let outcome = loop {
         tokio::select! {
@@ -210,13 +244,10 @@ async fn supervise(
         }
     };
     match outcome {
-        Outcome::Exited(status) => {
-            release(guard, node_timeout).await;
-            match status {
-                Ok(status) => exit_code(status),
-                Err(e) => fail(EXIT_FAILURE, &format!("cannot wait for the command: {e}")),
-            }
-        }
+        Outcome::Exited(status) => match status {
+            Ok(status) => exit_code(status),
+            Err(e) => fail(EXIT_FAILURE, &format!("cannot wait for the command: {e}")),
+        },
         Outcome::Lost(loss) => {
             eprintln!(
                 "redfence: {}; terminating the command (SIGTERM, SIGKILL after {})",
@@ -235,7 +266,6 @@ async fn supervise(
                     child.wait().await
                 }
             };
-            release(guard, node_timeout).await;
             if let Ok(status) = status {
                 eprintln!(
                     "redfence: command terminated ({}), exiting with {EXIT_LOST}",
@@ -297,14 +327,14 @@ fn signal_group(group: i32, signal: i32) {
 }
 
 /// SIGINT, SIGTERM and SIGHUP, caught from before the acquire.
-struct Signals {
+pub(crate) struct Signals {
     int: Signal,
     term: Signal,
     hup: Signal,
 }
 
 impl Signals {
-    fn new() -> io::Result<Self> {
+    pub(crate) fn new() -> io::Result<Self> {
         Ok(Self {
             int: signal(SignalKind::interrupt())?,
             term: signal(SignalKind::terminate())?,
@@ -313,7 +343,7 @@ impl Signals {
     }
 
     /// The next signal's number.
-    async fn recv(&mut self) -> i32 {
+    pub(crate) async fn recv(&mut self) -> i32 {
         tokio::select! {
             _ = self.int.recv() => libc::SIGINT,
             _ = self.term.recv() => libc::SIGTERM,

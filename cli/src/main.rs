@@ -4,7 +4,8 @@
 //! never compile clap.
 //!
 //! Files: `cli` (the arguments, their help and the exit statuses), `exec`
-//! (the lock's lifecycle around a child process), `status`, `doctor`,
+//! (the lock's lifecycle around a child process), `elect` (the same
+//! around a leadership), `status`, `doctor`,
 //! `release`, `bench` (one subcommand each), `duration` (parsing and
 //! showing `30s`, `500ms`, `2m`).
 
@@ -12,6 +13,7 @@ mod bench;
 mod cli;
 mod doctor;
 mod duration;
+mod elect;
 mod exec;
 mod release;
 mod status;
@@ -53,6 +55,7 @@ fn run(args: Args) -> i32 {
     runtime.block_on(async move {
         match args.command {
             Command::Exec(exec) => exec::run(&args.common, exec).await,
+            Command::Elect(elect) => elect::run(&args.common, elect).await,
             Command::Status(status) => status::run(&args.common, status).await,
             Command::Doctor(doctor) => doctor::run(&args.common, doctor).await,
             Command::Release(release) => release::run(&args.common, release).await,

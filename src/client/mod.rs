@@ -14,6 +14,7 @@ use tracing::field::{self, Empty};
 use tracing::Instrument;
 
 use crate::audit::Audit;
+use crate::election::Election;
 use crate::error::Error;
 use crate::lease::Lease;
 use crate::logic::quorum::quorum;
@@ -191,5 +192,13 @@ impl Client {
         Fut: Future<Output = T>,
     {
         self.lock(resource, ttl).run(f).await
+    }
+
+    /// Leader election `name` over these nodes: campaign to lead, read or
+    /// observe who leads. The leadership is this client's lock on
+    /// `election:{name}`, its term the lock's fencing token; see
+    /// [`Election`]. Nothing is validated or sent until used.
+    pub fn election(&self, name: &str) -> Election {
+        Election::new(Arc::clone(&self.shared), name)
     }
 }

@@ -10,6 +10,7 @@ mod basic;
 mod cancellation;
 mod cluster;
 mod contention;
+mod election;
 mod errors;
 mod failover;
 mod fair;
