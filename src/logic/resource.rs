@@ -211,7 +211,7 @@ pub(crate) fn client_tag() -> String {
 /// 64 random bits unique per waiter. The `.` ends the tag, so the scripts
 /// read it whatever its length (tickets of clients before issue 31 had no
 /// `.`: their tag is their first 8 characters, `wire/lua/*.lua`). A waiter
-/// that takes pre-grants adds `h-{ttl ms}` itself (`fair.rs`).
+/// that takes pre-grants adds `h-{ttl ms}` itself (`protocol::fair`).
 pub(crate) fn ticket(tag: &str) -> String {
     let mut ticket = String::with_capacity(tag.len() + 1 + 16 + 12);
     ticket.push_str(tag);

@@ -1,4 +1,4 @@
-//! One Redlock node, one vote: a Redis server (`server.rs`) or a Redis
+//! One Redlock node, one vote: a Redis server (`server/`) or a Redis
 //! Cluster (`cluster.rs`), behind the calls the protocol makes.
 
 pub(crate) mod cluster;

@@ -131,7 +131,7 @@ const UPTIME_GRAIN: Duration = Duration::from_secs(1);
 /// state outlived the connection, a promoted replica behind a stable
 /// address was quarantined on the first reconnect and voted at once on the
 /// second, which read its real uptime: two holders with one token
-/// (DESIGN.md, "The restart guard"). Pure; `server.rs` keeps one per node
+/// (DESIGN.md, "The restart guard"). Pure; `node::server` keeps one per node
 /// address.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Lineage {

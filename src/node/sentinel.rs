@@ -1,6 +1,6 @@
 //! Redis Sentinel nodes: one vote is a master that Sentinels watch and
 //! replace by one of its replicas when it fails. The node's server
-//! (`server.rs`) asks the Sentinels where the master is at every
+//! (`node::server`) asks the Sentinels where the master is at every
 //! (re)connect, never per request: the address is cached in the
 //! connection, so an acquire costs the same round trips as on a plain node.
 //!

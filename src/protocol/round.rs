@@ -56,7 +56,7 @@ where
 }
 
 /// A yes counted without asking: the home node's vote that the release
-/// naming this waiter pre-granted (`fair.rs`), and the instant from which
+/// naming this waiter pre-granted (`protocol::fair`), and the instant from which
 /// its key's age is counted (the waiter's ticket joined the queue then,
 /// before any release could set the key).
 #[derive(Debug, Clone, Copy)]

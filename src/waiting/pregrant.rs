@@ -4,7 +4,7 @@
 //! and publish the fence it moved. This file holds what the notice carries
 //! ([`Pregrant`], parsed by [`naming`]), where a queue lives ([`Home`]),
 //! and a vote nobody will use ([`Orphan`]), which the client releases.
-//! Pure: `notify.rs` routes namings, `fair.rs` uses the vote,
+//! Pure: `waiting::notify` routes namings, `protocol::fair` uses the vote,
 //! `protocol::release` releases orphans.
 
 use std::sync::Arc;

@@ -2,7 +2,7 @@
 //! the fences that granting nodes report become one token, and when that
 //! token must be written back before it may be handed out. The protocol and
 //! its proof are in DESIGN.md ("Fencing tokens"); the model check of this
-//! logic, with the naive variant it must catch, is in `fence/model.rs`.
+//! logic, with the naive variant it must catch, is in `fence/model/`.
 //!
 //! The protocol this serves:
 //! 1. Each node, atomically with granting the lock key, sets the fence of

@@ -30,7 +30,7 @@
 //!   retry policy's jittered delay as a fallback. Nothing waits past the
 //!   acquire's deadline.
 //!
-//! - A fair-queue waiter (`fair.rs`) has a ticket; its queue subscribes on
+//! - A fair-queue waiter (`protocol::fair`) has a ticket; its queue subscribes on
 //!   the resource's home node only, to the marker channel and this
 //!   client's own (`resource::fair_channels`). A notice on the own channel
 //!   names a ticket: that waiter is woken (`Place::take_named`) and nobody
