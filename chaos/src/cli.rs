@@ -9,7 +9,8 @@ use crate::nemesis::Nemesis;
 pub const USAGE: &str = "\
 usage: chaos [--nemesis all|NAME[,NAME...]] [--duration D] [--seed N]
              [--history-dir DIR] [--tasks N] [--procs N] [--proc-tasks N]
-             [--resources N] [--store KIND] [--svg DIR] [--list]
+             [--resources N] [--store KIND] [--workload KIND] [--svg DIR]
+             [--list]
 
   --nemesis      which faults to run, in order (default all); --list names them
   --duration     how long each nemesis runs: 8s, 90s, 2m, 10m, 500ms (default 10s)
@@ -25,6 +26,11 @@ usage: chaos [--nemesis all|NAME[,NAME...]] [--duration D] [--seed N]
                  FencedStore on the data node), or mysql, postgres, sqlite
                  (the sqlx stores on a MariaDB or PostgreSQL server started
                  once for the suite, or an SQLite file in the history dir)
+  --workload     what each worker does: mutex (default: acquire, fenced
+                 writes, release), or election (campaign, fenced writes with
+                 the term while leading, resign or lose the leadership; its
+                 terms are the history's grants, so the checks read: at most
+                 one leader at a time, terms strictly increasing)
   --svg          also draw each run's timeline to DIR/<nemesis>.svg: a lane
                  per worker, its holds, the faults, every violation in red
 
@@ -42,6 +48,8 @@ pub struct Options {
     pub proc_tasks: u32,
     pub resources: u32,
     pub store: crate::sqlstore::StoreKind,
+    /// What each worker does (`--workload`).
+    pub workload: crate::worker::Workload,
     /// Where each run's timeline goes, as `<nemesis>.svg`.
     pub svg: Option<PathBuf>,
     pub list: bool,
@@ -59,6 +67,7 @@ pub fn parse(args: &[String]) -> Result<Options, String> {
         proc_tasks: 2,
         resources: crate::rig::RESOURCES,
         store: crate::sqlstore::StoreKind::Redis,
+        workload: crate::worker::Workload::Mutex,
         svg: None,
         list: false,
     };
@@ -85,6 +94,7 @@ pub fn parse(args: &[String]) -> Result<Options, String> {
             "--proc-tasks" => o.proc_tasks = parse_num(flag, &value()?)?,
             "--resources" => o.resources = parse_num(flag, &value()?)?,
             "--store" => o.store = crate::sqlstore::StoreKind::parse(&value()?)?,
+            "--workload" => o.workload = crate::worker::Workload::parse(&value()?)?,
             "--svg" => o.svg = Some(PathBuf::from(value()?)),
             "--list" => o.list = true,
             "-h" | "--help" => return Err(String::new()),

@@ -40,6 +40,13 @@
 //! TTL under `AutoExtend` (and repeat the read-modify-write after the
 //! extensions), a quarter keep the guard until the lease has run out.
 //!
+//! With `--workload election` each worker is instead a candidate of the
+//! elections `r0`… (one per resource): campaign, the same critical section
+//! every 0.3–0.7 TTL while leading with the term as the fenced write's
+//! token, then resign or lose the leadership. Leaderships are recorded as
+//! grants (term = token), so the same checker verifies at most one leader
+//! and strictly increasing terms.
+//!
 //! ## Clock and history
 //!
 //! Every event (attempt, grant with its validity deadline, extension,
@@ -160,9 +167,10 @@ fn suite(opts: &cli::Options) -> Result<ExitCode, BoxError> {
 
     let started = Instant::now();
     println!(
-        "redfence chaos: seed {}, {} nemesis run(s) of {} each; {} tasks + {} processes × {} tasks; \
+        "redfence chaos: seed {}, {} workload, {} nemesis run(s) of {} each; {} tasks + {} processes × {} tasks; \
          {} resources, TTL {:?}, node timeout {:?}, max wait {:?}, restart guard window {:?}",
         opts.seed,
+        opts.workload.name(),
         opts.nemeses.len(),
         cli::show_duration(opts.duration),
         opts.tasks,
@@ -217,8 +225,9 @@ fn suite(opts: &cli::Options) -> Result<ExitCode, BoxError> {
     rt.shutdown_timeout(Duration::from_secs(1));
 
     println!(
-        "\n## Results (seed {}, {} per nemesis, wall time {:.0} s)\n",
+        "\n## Results (seed {}, {} workload, {} per nemesis, wall time {:.0} s)\n",
         opts.seed,
+        opts.workload.name(),
         cli::show_duration(opts.duration),
         started.elapsed().as_secs_f64()
     );

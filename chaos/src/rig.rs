@@ -33,7 +33,7 @@ use crate::proxy::FaultProxy;
 use crate::report::{self, Outcome};
 use crate::sentinel;
 use crate::server::{Cluster, RedisServer};
-use crate::worker::{self, LockConfig, ProcArgs, Setup, Sink, Style};
+use crate::worker::{self, LockConfig, ProcArgs, Setup, Sink, Style, Workload};
 use crate::BoxError;
 
 /// Redlock's usual N: tolerates two nodes down.
@@ -138,7 +138,12 @@ pub fn run(
     } else {
         proxies.iter().map(FaultProxy::url).collect()
     };
-    let path = dir.join(format!("{:02}-{}.jsonl", index + 1, nemesis.name()));
+    let path = dir.join(format!(
+        "{:02}-{}{}.jsonl",
+        index + 1,
+        nemesis.name(),
+        workload_suffix(opts)
+    ));
     // The writer's own clock is not used: every stamp comes from `Clock`.
     let writer = Arc::new(Writer::create(&path, Instant::now())?);
     thread::sleep(warm_up);
@@ -153,6 +158,7 @@ pub fn run(
     rt.block_on(DataStore::create(&store))?;
     let seed = worker::worker_seed(opts.seed, 1_000_000 + index as u32);
     let lock = LockConfig {
+        workload: opts.workload,
         ttl,
         node_timeout: NODE_TIMEOUT,
         max_wait: MAX_WAIT,
@@ -246,15 +252,16 @@ pub fn run(
     let report = history::check(&events);
     if let Some(dir) = &opts.svg {
         let title = format!(
-            "{} (seed {}, {}, {} resource(s)): {}",
+            "{} (seed {}, {} workload, {}, {} resource(s)): {}",
             nemesis.name(),
             opts.seed,
+            opts.workload.name(),
             crate::cli::show_duration(opts.duration),
             opts.resources,
             nemesis.summary()
         );
         std::fs::create_dir_all(dir)?;
-        let file = dir.join(format!("{}.svg", nemesis.name()));
+        let file = dir.join(format!("{}{}.svg", nemesis.name(), workload_suffix(opts)));
         std::fs::write(&file, plot::svg(&title, &events, &report))?;
     }
     let ranked = (!nemesis.fencing()).then(|| report::check_ranked(&events));
@@ -281,6 +288,16 @@ pub fn run(
         errors,
         wall: wall.elapsed(),
     })
+}
+
+/// `-election` in the names of an election run's history and timeline, so
+/// that both workloads' files can share a directory; nothing for the
+/// mutex's, whose names stay as they were.
+fn workload_suffix(opts: &Options) -> String {
+    match opts.workload {
+        Workload::Mutex => String::new(),
+        w => format!("-{}", w.name()),
+    }
 }
 
 /// The parent's worker tasks, to the end of the run. Returns their errors.

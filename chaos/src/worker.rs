@@ -1,7 +1,11 @@
-//! The workload: a worker loops acquire → critical section → release (or
-//! not) and records every step as a history event. The same loop runs as
-//! tasks of the parent and as tasks of worker processes; only the
-//! [`Sink`] differs (the history file, or stdout for the parent to append).
+//! The workloads (`--workload`): in `mutex` a worker loops acquire →
+//! critical section → release (or not); in `election` it loops campaign →
+//! fenced writes with the term while leading → resign (or lose the
+//! leadership). Every step is recorded as a history event, a leadership
+//! as a grant (its term the token) and its end as a release or a lost
+//! signal, so one checker judges both. The same loop runs as tasks of the
+//! parent and as tasks of worker processes; only the [`Sink`] differs (the
+//! history file, or stdout for the parent to append).
 
 use std::io::{self, BufWriter, Write};
 use std::process::ExitCode;
@@ -11,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
-use redfence::{AutoExtend, Client, LockGuard, RestartGuard, Retry};
+use redfence::{AutoExtend, Client, Leadership, Lease, LockGuard, RestartGuard, Retry};
 
 use crate::sqlstore::{DataStore, StoreSpec};
 use redis::aio::MultiplexedConnection;
@@ -35,14 +39,46 @@ const WORK_MARGIN: Duration = Duration::from_millis(100);
 /// watchdog's extensions (the guard has no extension callback).
 const POLL: Duration = Duration::from_millis(10);
 
+/// What each worker does (`--workload`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Workload {
+    /// Acquire a lock, a critical section, release (or let it run out).
+    Mutex,
+    /// Campaign in an election, fenced writes with the term while leading,
+    /// resign (or lose the leadership).
+    Election,
+}
+
+impl Workload {
+    pub fn name(self) -> &'static str {
+        match self {
+            Workload::Mutex => "mutex",
+            Workload::Election => "election",
+        }
+    }
+
+    pub fn parse(s: &str) -> Result<Self, String> {
+        match s {
+            "mutex" => Ok(Workload::Mutex),
+            "election" => Ok(Workload::Election),
+            _ => Err(format!("--workload {s:?}: expected mutex or election")),
+        }
+    }
+}
+
 /// The lock settings of a run, shared by tasks and processes.
 #[derive(Debug, Clone)]
 pub struct LockConfig {
+    pub workload: Workload,
     pub ttl: Duration,
     pub node_timeout: Duration,
     /// Bound on one waiting acquire.
     pub max_wait: Duration,
     pub resources: u32,
+    /// Whether the workers' writes carry their token (or term). The
+    /// election needs tokens, so with `Workload::Election` the client keeps
+    /// fencing on and `false` means a leader that ignores its term (plain
+    /// `SET`), the `no-fencing` control.
     pub fencing: bool,
     /// The restart guard's window; `None` turns the guard off.
     pub guard: Option<Duration>,
@@ -67,7 +103,7 @@ impl LockConfig {
         Ok(builder
             .node_timeout(self.node_timeout)
             .retry(Retry::new().with_max_wait(self.max_wait))
-            .fencing(self.fencing)
+            .fencing(self.fencing || self.workload == Workload::Election)
             .restart_guard(guard)
             .build()?)
     }
@@ -213,7 +249,11 @@ pub async fn run(id: u32, style: Style, seed: u64, setup: Arc<Setup>) -> Result<
         w.seq += 1;
         // Unique across all workers and processes of the run.
         let lease = (u64::from(id) << 32) | w.seq;
-        if !w.attempt(resource, lease, &client).await {
+        let granted = match s.lock.workload {
+            Workload::Mutex => w.attempt(resource, lease, &client).await,
+            Workload::Election => w.campaign(resource, lease, &client).await,
+        };
+        if !granted {
             // A quick failure (nodes refusing connections) must not spin.
             let ms = w.rng.random_range(5..=30);
             tokio::time::sleep(Duration::from_millis(ms)).await;
@@ -289,7 +329,7 @@ impl Worker {
     async fn hold(&mut self, guard: LockGuard, resource: u32, lease: u64) {
         let mut lost = Box::pin(guard.lost());
         let mut deadline = guard.valid_until();
-        self.work(&guard, resource, lease).await;
+        self.work(&guard.lease(), resource, lease).await;
         let ttl = self.setup.lock.ttl;
         let dwell = match self.style {
             Style::Release => Some(Duration::from_millis(self.rng.random_range(5..=30))),
@@ -309,7 +349,7 @@ impl Worker {
             let next = until.unwrap_or(bound).min(bound).min(now + POLL);
             tokio::select! {
                 loss = &mut lost => {
-                    self.note_extension(&guard, lease, &mut deadline);
+                    self.note_extension(&guard.lease(), lease, &mut deadline);
                     self.record(Event::Lost {
                         lease,
                         at_ns: self.now(),
@@ -319,7 +359,7 @@ impl Worker {
                     break;
                 }
                 () = tokio::time::sleep_until(next.into()) => {
-                    self.note_extension(&guard, lease, &mut deadline);
+                    self.note_extension(&guard.lease(), lease, &mut deadline);
                     let now = Instant::now();
                     if until.is_some_and(|u| now >= u) || now >= bound {
                         break;
@@ -329,7 +369,7 @@ impl Worker {
         }
         if self.style == Style::AutoExtend && !gone {
             // Under the extended lease, well past the first TTL.
-            self.work(&guard, resource, lease).await;
+            self.work(&guard.lease(), resource, lease).await;
         }
         if gone {
             // Let the keys expire on the nodes too (validity is TTL minus
@@ -347,8 +387,120 @@ impl Worker {
         let _ = tokio::time::timeout(Duration::from_secs(2), guard.release()).await;
     }
 
-    fn note_extension(&self, guard: &LockGuard, lease: u64, deadline: &mut Instant) {
-        let now_deadline = guard.valid_until();
+    /// The election workload's round: one campaign for the election
+    /// `r{resource}`, bounded by the lock's `max_wait` (its deadline), and
+    /// when elected the leadership. Recorded as the mutex's attempt and
+    /// grant (the term is the grant's token), so the checker's mutual
+    /// exclusion is "at most one leader" and its token order "terms
+    /// strictly increasing". Returns whether it was elected.
+    async fn campaign(&mut self, resource: u32, lease: u64, client: &Client) -> bool {
+        let name = format!("r{resource}");
+        let lock = &self.setup.lock;
+        let election = client
+            .election(&name)
+            .ttl(lock.ttl)
+            .retry(Retry::new().with_max_wait(lock.max_wait))
+            .campaign_deadline(lock.max_wait);
+        let start_ns = self.now();
+        let value = format!("worker {} lease {lease}", self.id);
+        // The deadline bounds the campaign; the outer bound only guards
+        // the rig against a bug there.
+        let outcome = tokio::time::timeout(lock.max_wait * 2, election.campaign(value)).await;
+        let end_ns = self.now();
+        let (leadership, reason) = match outcome {
+            Ok(Ok(leadership)) => (Some(leadership), None),
+            Ok(Err(e)) => (None, Some(election_reason(&e))),
+            Err(_) => (None, Some("rig timeout".to_owned())),
+        };
+        self.record(Event::Attempt {
+            worker: self.id,
+            resource: name.clone(),
+            start_ns,
+            end_ns,
+            granted: leadership.is_some(),
+            reason,
+        });
+        let Some(leadership) = leadership else {
+            return false;
+        };
+        let view = leadership.lease();
+        self.record(Event::Grant {
+            worker: self.id,
+            resource: name,
+            lease,
+            start_ns,
+            at_ns: end_ns,
+            valid_until_ns: self.setup.clock.ns_of(view.valid_until()),
+            token: Some(leadership.term().get()),
+        });
+        self.lead(leadership, resource, lease).await;
+        true
+    }
+
+    /// The term: fenced writes (and the unfenced counter's increments)
+    /// every 0.3–0.7 TTL while leading, the extensions of the watchdog
+    /// recorded as they come. The worker's style picks the term's end:
+    /// `Release` resigns after a short term (5–30 ms), `AutoExtend` after
+    /// 0.6–1.3 TTL (past at least one extension), `RunOut` keeps leading
+    /// until `lost()` (a fault), stepping down after 3–6 TTL so that the
+    /// others get terms in a quiet run.
+    async fn lead(&mut self, leadership: Leadership, resource: u32, lease: u64) {
+        let view = leadership.lease();
+        let mut lost = Box::pin(leadership.lost());
+        let mut deadline = view.valid_until();
+        let ttl = self.setup.lock.ttl;
+        let term = match self.style {
+            Style::Release => Duration::from_millis(self.rng.random_range(5..=30)),
+            Style::AutoExtend => ttl.mul_f64(self.rng.random_range(0.6..1.3)),
+            Style::RunOut => ttl.mul_f64(self.rng.random_range(3.0..6.0)),
+        };
+        let until = Instant::now() + term;
+        let mut next_work = Instant::now();
+        let mut gone = false;
+        loop {
+            if Instant::now() >= next_work {
+                self.work(&view, resource, lease).await;
+                next_work = Instant::now() + ttl.mul_f64(self.rng.random_range(0.3..0.7));
+            }
+            let now = Instant::now();
+            if now >= until {
+                self.note_extension(&view, lease, &mut deadline);
+                break;
+            }
+            let next = until.min(next_work).min(now + POLL);
+            tokio::select! {
+                loss = &mut lost => {
+                    self.note_extension(&view, lease, &mut deadline);
+                    self.record(Event::Lost {
+                        lease,
+                        at_ns: self.now(),
+                        reason: format!("{:?}", loss.reason),
+                    });
+                    gone = true;
+                    break;
+                }
+                () = tokio::time::sleep_until(next.into()) => {
+                    self.note_extension(&view, lease, &mut deadline);
+                }
+            }
+        }
+        if gone {
+            // As the mutex workload: the keys expire on the nodes first, so
+            // the resignation below deletes nothing.
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        } else {
+            // The leader stops acting as one when it resigns, not when the
+            // resignation returns.
+            self.record(Event::Release {
+                lease,
+                at_ns: self.now(),
+            });
+        }
+        let _ = tokio::time::timeout(Duration::from_secs(2), leadership.resign()).await;
+    }
+
+    fn note_extension(&self, view: &Lease, lease: u64, deadline: &mut Instant) {
+        let now_deadline = view.valid_until();
         if now_deadline != *deadline {
             *deadline = now_deadline;
             self.record(Event::Extend {
@@ -361,9 +513,10 @@ impl Worker {
 
     /// Read-modify-write of the resource's counter with plain GET and SET
     /// (nothing but the lock protects it), then a write of the lease to the
-    /// resource's fenced key (or, with fencing off, a plain SET).
-    async fn work(&mut self, guard: &LockGuard, resource: u32, lease: u64) {
-        if guard.validity() < WORK_MARGIN || !guard.lease().is_valid() {
+    /// resource's fenced key with the lease's token, a leadership's term
+    /// (or, with fencing off, a plain SET).
+    async fn work(&mut self, view: &Lease, resource: u32, lease: u64) {
+        if view.validity() < WORK_MARGIN || !view.is_valid() {
             return;
         }
         let counter = counter_key(resource);
@@ -392,7 +545,7 @@ impl Worker {
         });
 
         let key = store_key(resource);
-        let token = guard.token();
+        let token = view.token().filter(|_| self.setup.lock.fencing);
         let start_ns = self.now();
         // Fencing off (`token` is `None`): what an application without
         // tokens does, a plain write. It is recorded without a token; the
@@ -414,6 +567,15 @@ impl Worker {
 /// which is what one needs to read a failed attempt in the history.
 fn short_reason(e: &redfence::Error) -> String {
     e.to_string()
+}
+
+/// A failed campaign's reason, with the lock's error behind it (the
+/// election's own message names only the phase).
+fn election_reason(e: &redfence::ElectionError) -> String {
+    match std::error::Error::source(e) {
+        Some(source) => format!("{e}: {source}"),
+        None => e.to_string(),
+    }
 }
 
 /// The arguments of a worker process: `--worker key=value ...`.
@@ -447,6 +609,7 @@ impl ProcArgs {
             ("origin-ns", self.origin_ns.to_string()),
             ("until-ns", self.until_ns.to_string()),
             ("seed", self.seed.to_string()),
+            ("workload", l.workload.name().to_owned()),
             ("ttl-ms", ms(l.ttl)),
             ("node-timeout-ms", ms(l.node_timeout)),
             ("max-wait-ms", ms(l.max_wait)),
@@ -496,6 +659,7 @@ impl ProcArgs {
             until_ns: num("until-ns", get("until-ns")?)?,
             seed: num("seed", get("seed")?)?,
             lock: LockConfig {
+                workload: Workload::parse(get("workload")?)?,
                 ttl: ms("ttl-ms")?,
                 node_timeout: ms("node-timeout-ms")?,
                 max_wait: ms("max-wait-ms")?,

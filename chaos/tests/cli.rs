@@ -47,6 +47,10 @@ fn a_usage_error_exits_2_with_one_error_line_and_no_panic() {
             &["--store", "mongo"][..],
             "--store \"mongo\": expected redis, mysql, postgres or sqlite",
         ),
+        (
+            &["--workload", "queue"][..],
+            "--workload \"queue\": expected mutex or election",
+        ),
     ] {
         let out = chaos(args);
         assert_eq!(out.status.code(), Some(2), "{args:?}: {out:?}");

@@ -1,0 +1,108 @@
+//! The election workload (`--workload election`, issue 34) under a plain
+//! nemesis and its negative control, run as a real process: nodes killed
+//! and restarted empty, with the restart guard no two leaders and no term
+//! out of order, without it the checker must see one or the other. Every
+//! worker is a candidate; its leaderships are the history's grants (the
+//! term the token), so these are the checker's own counts from the results
+//! table the binary prints, the rows CI reads. Counts, not times: what is
+//! asserted holds on a loaded 2-core machine.
+
+use std::process::Command;
+
+/// One row of the results table, by its nemesis.
+struct Row {
+    granted: u64,
+    overlaps: u64,
+    tokens: u64,
+    lost_updates: u64,
+    stale_accepted: u64,
+    verdict: String,
+}
+
+fn row(table: &str, nemesis: &str) -> Row {
+    let line = table
+        .lines()
+        .find(|l| l.starts_with(&format!("| {nemesis} |")))
+        .unwrap_or_else(|| panic!("no row for {nemesis} in:\n{table}"));
+    let cells: Vec<&str> = line.split('|').map(str::trim).collect();
+    // "", nemesis, duration, clients, resources, granted, overlaps,
+    // tokens, lost updates, stale accepted, stale rejected, availability,
+    // recovery, expected, verdict, "".
+    let n = |i: usize| -> u64 {
+        cells[i]
+            .parse()
+            .unwrap_or_else(|_| panic!("cell {i} of {line:?} is not a count"))
+    };
+    Row {
+        granted: n(5),
+        overlaps: n(6),
+        tokens: n(7),
+        lost_updates: n(8),
+        stale_accepted: n(9),
+        verdict: cells[14].to_owned(),
+    }
+}
+
+/// 8 s each, the short form's duration: `kill-nopersist-guard` (a node
+/// killed and restarted empty every 50–250 ms, the guard on) and its
+/// control `kill-nopersist` (the guard off).
+#[test]
+fn election_is_safe_with_the_guard_and_the_control_shows_two_leaders() {
+    let dir = std::env::temp_dir().join(format!("redfence-chaos-election-{}", std::process::id()));
+    let out = Command::new(env!("CARGO_BIN_EXE_chaos"))
+        .args([
+            "--workload",
+            "election",
+            "--nemesis",
+            "kill-nopersist-guard,kill-nopersist",
+            "--duration",
+            "8s",
+            "--seed",
+            "7",
+            "--history-dir",
+        ])
+        .arg(&dir)
+        .output()
+        .expect("the chaos binary runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let report = format!("{stdout}\n--- stderr ---\n{stderr}");
+    assert!(
+        stdout.contains("## Results (seed 7, election workload,"),
+        "{report}"
+    );
+    let guarded = row(&stdout, "kill-nopersist-guard");
+    let control = row(&stdout, "kill-nopersist");
+    // Leaders were elected under the faults, each a grant of the history.
+    assert!(guarded.granted > 0 && control.granted > 0, "{report}");
+    assert_eq!(
+        (
+            guarded.overlaps,
+            guarded.tokens,
+            guarded.lost_updates,
+            guarded.stale_accepted
+        ),
+        (0, 0, 0, 0),
+        "two leaders or a term out of order with the restart guard on\n{report}"
+    );
+    assert_eq!(guarded.verdict, "PASS", "{report}");
+    assert!(
+        control.overlaps + control.tokens > 0,
+        "the control showed neither two leaders nor a term out of order\n{report}"
+    );
+    // The terms are fencing tokens: the store refuses what the election
+    // let through.
+    assert_eq!(control.stale_accepted, 0, "{report}");
+    assert_eq!(control.verdict, "PASS (violation shown)", "{report}");
+    assert!(out.status.success(), "{report}");
+    // The histories are the election's (the file names say so).
+    let names: Vec<String> = std::fs::read_dir(&dir)
+        .expect("the history dir")
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .collect();
+    assert!(
+        names.iter().any(|n| n.ends_with("-election.jsonl")),
+        "{names:?}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
