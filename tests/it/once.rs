@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use redfence::{Client, OnceError, SingleFlight};
 
-use crate::helpers::{ms, secs, warm_client};
+use crate::helpers::{builder, client_with_timeout, ms, secs, warm_client};
 use crate::support::Cluster;
 
 #[derive(Debug, thiserror::Error)]
@@ -367,19 +367,21 @@ async fn a_waiter_never_waits_past_its_deadline_and_gets_the_computers_error() {
 async fn xfetch_refreshes_a_hot_key_before_it_expires_by_one_caller() {
     let cluster = Cluster::start(3);
     let clients = two_clients(&cluster).await;
-    // δ ≈ 100 ms, β = 2: recomputed about 200 ms·(−ln u) before expiry.
+    // δ ≈ 100 ms, β = 4: recomputed about 400 ms·(−ln u) before expiry.
     let once = |c: &Client| {
         c.once("product:7")
             .value_ttl(secs(3))
-            .early(2.0)
+            .early(4.0)
             .wait(secs(60))
     };
     let count = Arc::new(AtomicUsize::new(0));
+    // Before the write: the value expires at least 3 s after this, on
+    // the nodes' clocks, so a refresh less than 3 s after it is early.
+    let written = Instant::now();
     let first: Result<Vec<u8>> = once(&clients[0])
         .get_or_compute(|| counted(Arc::clone(&count), ms(100), "v"))
         .await;
     first.unwrap();
-    let written = Instant::now();
     let refreshed_at = Arc::new(std::sync::Mutex::new(None::<Duration>));
     let mut tasks = Vec::new();
     for client in &clients {
@@ -413,9 +415,58 @@ async fn xfetch_refreshes_a_hot_key_before_it_expires_by_one_caller() {
     }
     assert_eq!(count.load(Ordering::SeqCst), 2, "one early recomputation");
     let at = refreshed_at.lock().unwrap().expect("refreshed");
-    // The first value was written before `written`: it expires 3 s after.
     assert!(
         at < secs(3),
         "refreshed {at:?} after the write, before its expiry (3 s)"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_other_errors_are_typed_fencing_off_invalid_key_and_no_majority() {
+    let mut cluster = Cluster::start(3);
+    let never = |count: &Arc<AtomicUsize>| counted(Arc::clone(count), ms(1), "v");
+    let count = Arc::new(AtomicUsize::new(0));
+
+    let unfenced = builder(cluster.urls()).fencing(false).build().unwrap();
+    let got: Result<Vec<u8>> = unfenced.once("k").get_or_compute(|| never(&count)).await;
+    assert!(matches!(got, Err(OnceError::FencingOff)), "{got:?}");
+
+    let client = client_with_timeout(cluster.urls(), ms(500));
+    let got: Result<Vec<u8>> = client.once("").get_or_compute(|| never(&count)).await;
+    assert!(matches!(got, Err(OnceError::Lock { .. })), "{got:?}");
+    assert_eq!(count.load(Ordering::SeqCst), 0);
+
+    // The nodes vanish during the computation: the write reaches no
+    // majority.
+    let got: Result<Vec<u8>> = client
+        .once("k")
+        .get_or_compute(|| async {
+            cluster.node(1).kill();
+            cluster.node(2).kill();
+            Ok(b"v".to_vec())
+        })
+        .await;
+    match got {
+        Err(OnceError::Unavailable {
+            phase,
+            answered,
+            quorum,
+            ..
+        }) => {
+            // The decision comes at the second failure: the live node's
+            // acceptance may not have been heard yet.
+            assert_eq!((phase, quorum), ("write", 2));
+            assert!(answered < quorum, "{answered}");
+        }
+        other => panic!("{other:?}"),
+    }
+    // And the read answers from one node of three.
+    let got: Result<Vec<u8>> = client.once("k").get_or_compute(|| never(&count)).await;
+    match got {
+        Err(OnceError::Unavailable { phase, quorum, .. }) => {
+            assert_eq!((phase, quorum), ("read", 2))
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(count.load(Ordering::SeqCst), 0);
 }
