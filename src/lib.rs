@@ -246,6 +246,8 @@ mod tests {
         check::<super::Election>();
         check::<super::Leadership>();
         check::<super::ElectionError>();
+        check::<super::SingleFlight>();
+        check::<super::OnceError<std::io::Error>>();
         // Polled by one task at a time: `Send`, not `Sync`.
         fn send<T: Send + 'static>() {}
         send::<super::Observer>();

@@ -25,6 +25,7 @@ use crate::settings::retry::{jitter, Retry};
 
 use super::entry::Entry;
 use super::error::OnceError;
+use super::local::{join, Role};
 use super::store::{read_entry, write_entry, Short, WriteFailed, Written};
 
 /// What a single-flight's lock resource starts with.
@@ -282,6 +283,68 @@ impl SingleFlight {
                 }
                 Look::Miss { seen, fresh, stale } => (seen, fresh, stale),
             };
+            let name = format!("{}\0{}", self.shared.id_text, self.entry_key);
+            let mut followed = match join(name) {
+                Role::Leader(flight) => {
+                    let led = self.lead(deadline, seen, fresh, stale, compute).await;
+                    match &led {
+                        Ok(value) => flight.share(Ok(value.clone())),
+                        Err(OnceError::Compute { source, .. }) => {
+                            flight.share(Err(source.to_string()));
+                        }
+                        // Deadline, lock, stale write, unavailable: the
+                        // followers start over, each on its own.
+                        Err(_) => {}
+                    }
+                    return led;
+                }
+                Role::Follower(followed) => followed,
+            };
+            if let Some(value) = fresh.or(stale) {
+                outcome("stale-or-early");
+                return Ok(value);
+            }
+            let shared =
+                tokio::time::timeout_at(deadline.into(), followed.wait_for(Option::is_some))
+                    .await
+                    .map(|got| got.ok().and_then(|shared| shared.clone()));
+            match shared {
+                Err(_elapsed) => return Err(self.deadline_error()),
+                Ok(Some(Ok(value))) => {
+                    outcome("followed");
+                    return Ok(value);
+                }
+                Ok(Some(Err(message))) => {
+                    outcome("failed");
+                    return Err(OnceError::Failed {
+                        key: self.key.to_string(),
+                        message,
+                    });
+                }
+                // The leader left without an outcome (cancelled, or its
+                // own error): start over.
+                Ok(None) => {}
+            }
+        }
+    }
+
+    /// The distributed protocol, for the process's flight of this key: one
+    /// `try_acquire`; granted, compute; not granted, serve what can be
+    /// served or wait for the computer's release, then read again.
+    async fn lead<F, Fut, E>(
+        &self,
+        deadline: Instant,
+        mut seen: u64,
+        mut fresh: Option<Vec<u8>>,
+        mut stale: Option<Vec<u8>>,
+        compute: F,
+    ) -> Result<Vec<u8>, OnceError<E>>
+    where
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<Vec<u8>, E>>,
+        E: std::error::Error + 'static,
+    {
+        loop {
             match self.request().try_acquire().await {
                 Ok(Some(guard)) => return self.compute_under(guard, compute, stale).await,
                 Ok(None) => {}
@@ -312,6 +375,17 @@ impl SingleFlight {
                         return Err(self.deadline_error());
                     }
                     // The policy's rounds ended early: look again.
+                    match self.look().await? {
+                        Look::Fresh(value) => {
+                            outcome("fresh");
+                            return Ok(value);
+                        }
+                        Look::Miss {
+                            seen: s,
+                            fresh: f,
+                            stale: st,
+                        } => (seen, fresh, stale) = (s, f, st),
+                    }
                     continue;
                 }
                 Err(e) => return Err(self.lock_error(e)),

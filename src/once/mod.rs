@@ -10,6 +10,7 @@
 mod entry;
 mod error;
 mod handle;
+mod local;
 mod scripts;
 mod store;
 

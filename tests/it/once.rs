@@ -154,17 +154,35 @@ async fn a_cancelled_computer_frees_the_key_at_once_for_the_next_caller() {
             got
         })
     };
+    // And one on the computer's own client, following its flight.
+    let follower = {
+        let once = once(&clients[0]);
+        let count = Arc::clone(&count);
+        tokio::spawn(async move {
+            let got: Result<Vec<u8>> = once.get_or_compute(|| counted(count, ms(20), "v")).await;
+            got
+        })
+    };
     tokio::time::sleep(ms(500)).await;
     assert!(!waiter.is_finished(), "the waiter waits for the computer");
+    assert!(
+        !follower.is_finished(),
+        "the follower waits for the computer"
+    );
     let cancelled = Instant::now();
     computer.abort();
     let got = tokio::time::timeout(secs(20), waiter)
         .await
         .unwrap()
         .unwrap();
+    let followed = tokio::time::timeout(secs(20), follower)
+        .await
+        .unwrap()
+        .unwrap();
     let took = cancelled.elapsed();
     assert_eq!(got.unwrap(), b"v");
-    assert_eq!(count.load(Ordering::SeqCst), 1, "the waiter computed");
+    assert_eq!(followed.unwrap(), b"v");
+    assert_eq!(count.load(Ordering::SeqCst), 1, "one of them computed");
     assert!(
         took < secs(10),
         "next computation {took:?} after the cancellation (lease 30 s)"
