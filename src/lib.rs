@@ -168,6 +168,7 @@ mod logic;
 mod mutex;
 mod node;
 mod observe;
+mod once;
 mod protocol;
 mod settings;
 mod store;
@@ -210,6 +211,7 @@ pub use node::restart::RestartGuard;
 pub use node::tls::Tls;
 pub use observe::inspect::{Holder, Inspection, NodeInspection};
 pub use observe::stats::Stats;
+pub use once::{OnceError, SingleFlight};
 pub use protocol::inspect::{ForceOutcome, ForceReleased, NodeForceRelease};
 pub use protocol::release::Released;
 pub use settings::autoextend::AutoExtend;
@@ -244,6 +246,8 @@ mod tests {
         check::<super::Election>();
         check::<super::Leadership>();
         check::<super::ElectionError>();
+        check::<super::SingleFlight>();
+        check::<super::OnceError<std::io::Error>>();
         // Polled by one task at a time: `Send`, not `Sync`.
         fn send<T: Send + 'static>() {}
         send::<super::Observer>();

@@ -23,6 +23,7 @@ use crate::mutex::guard::LockGuard;
 use crate::mutex::request::LockRequest;
 use crate::observe::inspect::Inspection;
 use crate::observe::stats::Stats;
+use crate::once::SingleFlight;
 use crate::protocol::inspect::ForceReleased;
 use crate::protocol::release::release_orphan;
 use crate::protocol::shared::Shared;
@@ -200,5 +201,14 @@ impl Client {
     /// [`Election`]. Nothing is validated or sent until used.
     pub fn election(&self, name: &str) -> Election {
         Election::new(Arc::clone(&self.shared), name)
+    }
+
+    /// Single-flight on `key` over these nodes: one computation per expiry
+    /// of the cached value across every client, the others waiting for it.
+    /// The computation holds this client's lock on `once:{key}`; the value
+    /// is written fenced by its token. See [`SingleFlight`]. Nothing is
+    /// validated or sent until used.
+    pub fn once(&self, key: &str) -> SingleFlight {
+        SingleFlight::new(Arc::clone(&self.shared), key)
     }
 }

@@ -48,7 +48,7 @@ pub(crate) struct Script {
 }
 
 impl Script {
-    fn new(name: &'static str, source: &'static str) -> Self {
+    pub(crate) fn new(name: &'static str, source: &'static str) -> Self {
         let sha = redis::Script::new(source).get_hash().to_owned();
         Self {
             name,

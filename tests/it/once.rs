@@ -1,0 +1,490 @@
+//! Single-flight against real nodes: one computation for a stampede of
+//! callers on an expired key (and the naive cache-aside code computing
+//! many times under the same load, proving the counter sees it), a
+//! cancelled computer freeing the key at once, a dropped waiter leaving
+//! the computation alone, a computer whose lease ran out refused by the
+//! fence, serve-stale, the waiter's deadline, the computer's error given
+//! to its waiters, and XFetch refreshing a hot key before it expires.
+//! Time margins are generous (a loaded 2-core machine): the assertions are
+//! about counts and order.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use redfence::{Client, OnceError, SingleFlight};
+
+use crate::helpers::{builder, client_with_timeout, ms, secs, warm_client};
+use crate::support::Cluster;
+
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+struct DbError(String);
+
+type Result<T> = std::result::Result<T, OnceError<DbError>>;
+
+/// A computation that counts itself, takes `took`, and returns `value`.
+async fn counted(
+    count: Arc<AtomicUsize>,
+    took: Duration,
+    value: &str,
+) -> std::result::Result<Vec<u8>, DbError> {
+    count.fetch_add(1, Ordering::SeqCst);
+    tokio::time::sleep(took).await;
+    Ok(value.as_bytes().to_vec())
+}
+
+/// Puts `value` in the entry of `once`, fresh for `fresh`.
+async fn seed(once: &SingleFlight, value: &str, fresh: Duration) {
+    let once = once.clone().value_ttl(fresh);
+    let value = value.to_owned();
+    let got: Result<Vec<u8>> = once
+        .get_or_compute(|| async move { Ok(value.into_bytes()) })
+        .await;
+    got.unwrap();
+}
+
+async fn two_clients(cluster: &Cluster) -> Vec<Client> {
+    vec![warm_client(cluster).await, warm_client(cluster).await]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stampede_on_an_expired_key_computes_once_and_everyone_gets_the_value() {
+    let cluster = Cluster::start(3);
+    let clients = two_clients(&cluster).await;
+    let once = |c: &Client| c.once("product:1").wait(secs(60));
+    seed(&once(&clients[0]), "v1", ms(50)).await;
+    tokio::time::sleep(ms(300)).await;
+
+    let count = Arc::new(AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for client in &clients {
+        for _ in 0..100 {
+            let once = once(client);
+            let count = Arc::clone(&count);
+            tasks.push(tokio::spawn(async move {
+                let got: Result<Vec<u8>> =
+                    once.get_or_compute(|| counted(count, ms(20), "v2")).await;
+                got
+            }));
+        }
+    }
+    for task in tasks {
+        let got = tokio::time::timeout(secs(90), task).await.unwrap().unwrap();
+        assert_eq!(got.unwrap(), b"v2");
+    }
+    assert_eq!(count.load(Ordering::SeqCst), 1, "computations per expiry");
+}
+
+/// The negative control: the same load on the naive cache-aside code
+/// (GET; on a miss compute and SET with a TTL) computes many times.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_single_flight_the_same_stampede_computes_many_times() {
+    let cluster = Cluster::start(1);
+    let url = cluster.urls()[0].clone();
+    let count = Arc::new(AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for _ in 0..2 {
+        let conn = redis::Client::open(url.as_str())
+            .unwrap()
+            .get_multiplexed_async_connection()
+            .await
+            .unwrap();
+        for _ in 0..100 {
+            let mut conn = conn.clone();
+            let count = Arc::clone(&count);
+            tasks.push(tokio::spawn(async move {
+                let cached: Option<Vec<u8>> = redis::cmd("GET")
+                    .arg("naive:product:1")
+                    .query_async(&mut conn)
+                    .await
+                    .unwrap();
+                if let Some(value) = cached {
+                    return value;
+                }
+                let value = counted(count, ms(20), "v2").await.unwrap();
+                let () = redis::cmd("SET")
+                    .arg("naive:product:1")
+                    .arg(&value)
+                    .arg("PX")
+                    .arg(60_000)
+                    .query_async(&mut conn)
+                    .await
+                    .unwrap();
+                value
+            }));
+        }
+    }
+    for task in tasks {
+        assert_eq!(task.await.unwrap(), b"v2");
+    }
+    let computations = count.load(Ordering::SeqCst);
+    assert!(computations > 1, "{computations} computations");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_computer_frees_the_key_at_once_for_the_next_caller() {
+    let cluster = Cluster::start(3);
+    let clients = two_clients(&cluster).await;
+    // A 30 s lease: a release only by the cancellation lets the next
+    // caller in within seconds.
+    let once = |c: &Client| c.once("product:2").ttl(secs(30)).wait(secs(60));
+    let (started_tx, started_rx) = tokio::sync::oneshot::channel();
+    let computer = {
+        let once = once(&clients[0]);
+        tokio::spawn(async move {
+            let got: Result<Vec<u8>> = once
+                .get_or_compute(|| async move {
+                    let _ = started_tx.send(());
+                    tokio::time::sleep(secs(120)).await;
+                    Ok(b"never".to_vec())
+                })
+                .await;
+            got
+        })
+    };
+    started_rx.await.unwrap();
+    // A waiter on the other client, queued behind the computer.
+    let count = Arc::new(AtomicUsize::new(0));
+    let waiter = {
+        let once = once(&clients[1]);
+        let count = Arc::clone(&count);
+        tokio::spawn(async move {
+            let got: Result<Vec<u8>> = once.get_or_compute(|| counted(count, ms(20), "v")).await;
+            got
+        })
+    };
+    // And one on the computer's own client, following its flight.
+    let follower = {
+        let once = once(&clients[0]);
+        let count = Arc::clone(&count);
+        tokio::spawn(async move {
+            let got: Result<Vec<u8>> = once.get_or_compute(|| counted(count, ms(20), "v")).await;
+            got
+        })
+    };
+    tokio::time::sleep(ms(500)).await;
+    assert!(!waiter.is_finished(), "the waiter waits for the computer");
+    assert!(
+        !follower.is_finished(),
+        "the follower waits for the computer"
+    );
+    let cancelled = Instant::now();
+    computer.abort();
+    let got = tokio::time::timeout(secs(20), waiter)
+        .await
+        .unwrap()
+        .unwrap();
+    let followed = tokio::time::timeout(secs(20), follower)
+        .await
+        .unwrap()
+        .unwrap();
+    let took = cancelled.elapsed();
+    assert_eq!(got.unwrap(), b"v");
+    assert_eq!(followed.unwrap(), b"v");
+    assert_eq!(count.load(Ordering::SeqCst), 1, "one of them computed");
+    assert!(
+        took < secs(10),
+        "next computation {took:?} after the cancellation (lease 30 s)"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_that_gives_up_leaves_the_computation_alone() {
+    let cluster = Cluster::start(3);
+    let clients = two_clients(&cluster).await;
+    let once = |c: &Client| c.once("product:3").wait(secs(60));
+    let count = Arc::new(AtomicUsize::new(0));
+    let computer = {
+        let once = once(&clients[0]);
+        let count = Arc::clone(&count);
+        tokio::spawn(async move {
+            let got: Result<Vec<u8>> = once.get_or_compute(|| counted(count, secs(1), "v")).await;
+            got
+        })
+    };
+    while count.load(Ordering::SeqCst) == 0 {
+        tokio::time::sleep(ms(10)).await;
+    }
+    let waiter = {
+        let once = once(&clients[1]);
+        let count = Arc::clone(&count);
+        tokio::spawn(async move {
+            let got: Result<Vec<u8>> = once.get_or_compute(|| counted(count, ms(1), "w")).await;
+            got
+        })
+    };
+    tokio::time::sleep(ms(200)).await;
+    waiter.abort();
+    assert_eq!(computer.await.unwrap().unwrap(), b"v");
+    let again: Result<Vec<u8>> = once(&clients[1])
+        .get_or_compute(|| counted(Arc::clone(&count), ms(1), "w"))
+        .await;
+    assert_eq!(again.unwrap(), b"v");
+    assert_eq!(count.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_computer_whose_lease_ran_out_cannot_overwrite_the_newer_value() {
+    let cluster = Cluster::start(3);
+    let clients = two_clients(&cluster).await;
+    let (started_tx, started_rx) = tokio::sync::oneshot::channel();
+    let (finish_tx, finish_rx) = tokio::sync::oneshot::channel::<()>();
+    let slow = {
+        let once = clients[0].once("product:4").ttl(ms(300));
+        tokio::spawn(async move {
+            let got: Result<Vec<u8>> = once
+                .get_or_compute(|| async move {
+                    let _ = started_tx.send(());
+                    let _ = finish_rx.await;
+                    Ok(b"old".to_vec())
+                })
+                .await;
+            got
+        })
+    };
+    started_rx.await.unwrap();
+    // The slow computer's lease runs out; the next caller computes.
+    tokio::time::sleep(ms(800)).await;
+    let count = Arc::new(AtomicUsize::new(0));
+    let newer: Result<Vec<u8>> = clients[1]
+        .once("product:4")
+        .wait(secs(30))
+        .get_or_compute(|| counted(Arc::clone(&count), ms(1), "new"))
+        .await;
+    assert_eq!(newer.unwrap(), b"new");
+    assert_eq!(count.load(Ordering::SeqCst), 1);
+    finish_tx.send(()).unwrap();
+    let err = slow.await.unwrap().unwrap_err();
+    assert!(err.is_stale(), "{err:?}");
+    let OnceError::Stale {
+        presented, current, ..
+    } = err
+    else {
+        unreachable!()
+    };
+    assert!(presented < current);
+    let read: Result<Vec<u8>> = clients[0]
+        .once("product:4")
+        .get_or_compute(|| counted(Arc::clone(&count), ms(1), "third"))
+        .await;
+    assert_eq!(read.unwrap(), b"new", "the newer value stands");
+    assert_eq!(count.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_stale_returns_the_old_value_while_one_caller_recomputes_and_when_it_fails() {
+    let cluster = Cluster::start(3);
+    let clients = two_clients(&cluster).await;
+    let once = |c: &Client| c.once("product:5").serve_stale(true).wait(secs(60));
+    seed(&once(&clients[0]), "v1", ms(50)).await;
+    tokio::time::sleep(ms(300)).await;
+
+    let count = Arc::new(AtomicUsize::new(0));
+    let computer = {
+        let once = once(&clients[0]);
+        let count = Arc::clone(&count);
+        tokio::spawn(async move {
+            let got: Result<Vec<u8>> = once.get_or_compute(|| counted(count, secs(2), "v2")).await;
+            got
+        })
+    };
+    while count.load(Ordering::SeqCst) == 0 {
+        tokio::time::sleep(ms(10)).await;
+    }
+    let asked = Instant::now();
+    let stale: Result<Vec<u8>> = once(&clients[1])
+        .get_or_compute(|| counted(Arc::clone(&count), ms(1), "other"))
+        .await;
+    assert_eq!(stale.unwrap(), b"v1");
+    assert!(
+        !computer.is_finished(),
+        "served {:?} before the recomputation ended",
+        asked.elapsed()
+    );
+    assert_eq!(computer.await.unwrap().unwrap(), b"v2");
+    assert_eq!(count.load(Ordering::SeqCst), 1);
+
+    // A failed recomputation serves the previous value too.
+    let once = |c: &Client| c.once("product:5b").serve_stale(true);
+    seed(&once(&clients[0]), "v3", ms(50)).await;
+    tokio::time::sleep(ms(300)).await;
+    let failed: Result<Vec<u8>> = once(&clients[1])
+        .get_or_compute(|| async { Err(DbError("db down".into())) })
+        .await;
+    assert_eq!(failed.unwrap(), b"v3");
+    // Without serve-stale, the computer gets its own error.
+    let failed: Result<Vec<u8>> = clients[1]
+        .once("product:5b")
+        .get_or_compute(|| async { Err(DbError("db down".into())) })
+        .await;
+    let err = failed.unwrap_err();
+    assert_eq!(err.compute_error().map(|e| e.0.as_str()), Some("db down"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_never_waits_past_its_deadline_and_gets_the_computers_error() {
+    let cluster = Cluster::start(3);
+    let clients = two_clients(&cluster).await;
+    let (started_tx, started_rx) = tokio::sync::oneshot::channel();
+    let (fail_tx, fail_rx) = tokio::sync::oneshot::channel::<()>();
+    let computer = {
+        let once = clients[0].once("product:6").ttl(secs(30));
+        tokio::spawn(async move {
+            let got: Result<Vec<u8>> = once
+                .get_or_compute(|| async move {
+                    let _ = started_tx.send(());
+                    let _ = fail_rx.await;
+                    Err(DbError("db down".into()))
+                })
+                .await;
+            got
+        })
+    };
+    started_rx.await.unwrap();
+    let count = Arc::new(AtomicUsize::new(0));
+
+    // A short deadline: a typed error, well before the computer ends.
+    let asked = Instant::now();
+    let late: Result<Vec<u8>> = clients[1]
+        .once("product:6")
+        .wait(ms(300))
+        .get_or_compute(|| counted(Arc::clone(&count), ms(1), "w"))
+        .await;
+    let took = asked.elapsed();
+    let err = late.unwrap_err();
+    assert!(err.is_deadline(), "{err:?}");
+    assert!(took < secs(5), "deadline 300 ms honoured in {took:?}");
+
+    // A patient waiter gets the computer's error, and does not compute.
+    let waiter = {
+        let once = clients[1].once("product:6").wait(secs(60));
+        let count = Arc::clone(&count);
+        tokio::spawn(async move {
+            let got: Result<Vec<u8>> = once.get_or_compute(|| counted(count, ms(1), "w")).await;
+            got
+        })
+    };
+    tokio::time::sleep(ms(500)).await;
+    fail_tx.send(()).unwrap();
+    let own = computer.await.unwrap().unwrap_err();
+    assert!(matches!(own, OnceError::Compute { .. }), "{own:?}");
+    let theirs = tokio::time::timeout(secs(30), waiter)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap_err();
+    match theirs {
+        OnceError::Failed { message, .. } => assert_eq!(message, "db down"),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(count.load(Ordering::SeqCst), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn xfetch_refreshes_a_hot_key_before_it_expires_by_one_caller() {
+    let cluster = Cluster::start(3);
+    let clients = two_clients(&cluster).await;
+    // δ ≈ 100 ms, β = 4: recomputed about 400 ms·(−ln u) before expiry.
+    let once = |c: &Client| {
+        c.once("product:7")
+            .value_ttl(secs(3))
+            .early(4.0)
+            .wait(secs(60))
+    };
+    let count = Arc::new(AtomicUsize::new(0));
+    // Before the write: the value expires at least 3 s after this, on
+    // the nodes' clocks, so a refresh less than 3 s after it is early.
+    let written = Instant::now();
+    let first: Result<Vec<u8>> = once(&clients[0])
+        .get_or_compute(|| counted(Arc::clone(&count), ms(100), "v"))
+        .await;
+    first.unwrap();
+    let refreshed_at = Arc::new(std::sync::Mutex::new(None::<Duration>));
+    let mut tasks = Vec::new();
+    for client in &clients {
+        for _ in 0..10 {
+            let once = once(client);
+            let count = Arc::clone(&count);
+            let refreshed_at = Arc::clone(&refreshed_at);
+            tasks.push(tokio::spawn(async move {
+                let mut slowest = Duration::ZERO;
+                // Hot: a call every 20 ms until the refresh (or 10 s).
+                while count.load(Ordering::SeqCst) < 2 && written.elapsed() < secs(10) {
+                    let asked = Instant::now();
+                    let count2 = Arc::clone(&count);
+                    let refreshed_at = Arc::clone(&refreshed_at);
+                    let got: Result<Vec<u8>> = once
+                        .get_or_compute(|| async move {
+                            *refreshed_at.lock().unwrap() = Some(written.elapsed());
+                            counted(count2, ms(100), "v").await
+                        })
+                        .await;
+                    assert_eq!(got.unwrap(), b"v");
+                    slowest = slowest.max(asked.elapsed());
+                    tokio::time::sleep(ms(20)).await;
+                }
+                slowest
+            }));
+        }
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    assert_eq!(count.load(Ordering::SeqCst), 2, "one early recomputation");
+    let at = refreshed_at.lock().unwrap().expect("refreshed");
+    assert!(
+        at < secs(3),
+        "refreshed {at:?} after the write, before its expiry (3 s)"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_other_errors_are_typed_fencing_off_invalid_key_and_no_majority() {
+    let mut cluster = Cluster::start(3);
+    let never = |count: &Arc<AtomicUsize>| counted(Arc::clone(count), ms(1), "v");
+    let count = Arc::new(AtomicUsize::new(0));
+
+    let unfenced = builder(cluster.urls()).fencing(false).build().unwrap();
+    let got: Result<Vec<u8>> = unfenced.once("k").get_or_compute(|| never(&count)).await;
+    assert!(matches!(got, Err(OnceError::FencingOff)), "{got:?}");
+
+    let client = client_with_timeout(cluster.urls(), ms(500));
+    let got: Result<Vec<u8>> = client.once("").get_or_compute(|| never(&count)).await;
+    assert!(matches!(got, Err(OnceError::Lock { .. })), "{got:?}");
+    assert_eq!(count.load(Ordering::SeqCst), 0);
+
+    // The nodes vanish during the computation: the write reaches no
+    // majority.
+    let got: Result<Vec<u8>> = client
+        .once("k")
+        .get_or_compute(|| async {
+            cluster.node(1).kill();
+            cluster.node(2).kill();
+            Ok(b"v".to_vec())
+        })
+        .await;
+    match got {
+        Err(OnceError::Unavailable {
+            phase,
+            answered,
+            quorum,
+            ..
+        }) => {
+            // The decision comes at the second failure: the live node's
+            // acceptance may not have been heard yet.
+            assert_eq!((phase, quorum), ("write", 2));
+            assert!(answered < quorum, "{answered}");
+        }
+        other => panic!("{other:?}"),
+    }
+    // And the read answers from one node of three.
+    let got: Result<Vec<u8>> = client.once("k").get_or_compute(|| never(&count)).await;
+    match got {
+        Err(OnceError::Unavailable { phase, quorum, .. }) => {
+            assert_eq!((phase, quorum), ("read", 2))
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(count.load(Ordering::SeqCst), 0);
+}
