@@ -22,6 +22,7 @@ use crate::protocol::shared::Shared;
 use crate::quorum::quorum;
 use crate::request::LockRequest;
 use crate::resource::fence_key;
+use crate::semaphore::Semaphore;
 use crate::stats::Stats;
 
 /// A handle to a set of independent Redis masters. Cheap to clone (one
@@ -189,5 +190,15 @@ impl Client {
         Fut: Future<Output = T>,
     {
         self.lock(resource, ttl).run(f).await
+    }
+
+    /// A semaphore of `permits` (K) permits named `name`: at most K
+    /// holders at once across every client that uses the name with the
+    /// same K, each permit with a fencing token of its own slot. See
+    /// [`Semaphore`]. Fails with [`Error::InvalidPermits`] for K = 0 or
+    /// above [`Semaphore::MAX_PERMITS`], [`Error::InvalidResource`] for an
+    /// empty name or one too long for its slots' names. Nothing is sent.
+    pub fn semaphore(&self, name: &str, permits: u32) -> Result<Semaphore, Error> {
+        Semaphore::new(Arc::clone(&self.shared), name, permits)
     }
 }

@@ -175,6 +175,7 @@ mod request;
 mod resource;
 mod restart;
 mod retry;
+mod semaphore;
 mod sentinel;
 mod server;
 mod slot;
@@ -229,6 +230,7 @@ pub use protocol::release::Released;
 pub use request::LockRequest;
 pub use restart::RestartGuard;
 pub use retry::Retry;
+pub use semaphore::{Permit, Semaphore, SemaphoreRequest};
 pub use stats::Stats;
 pub use store::{Fenced, FencedStore, StaleToken, StoreError};
 pub use tls::Tls;
@@ -256,6 +258,9 @@ mod tests {
         check::<super::LockGuard>();
         check::<super::Lease>();
         check::<super::LockRequest>();
+        check::<super::Semaphore>();
+        check::<super::Permit>();
+        check::<super::SemaphoreRequest>();
         check::<super::Error>();
     }
 }
