@@ -17,7 +17,7 @@ use super::permit::Permit;
 use super::slots::pass_order;
 use crate::autoextend::{AutoExtend, Schedule};
 use crate::error::Error;
-use crate::failure::{FailureReason, Phase, QuorumFailure};
+use crate::failure::{FailureReason, NodeErrorKind, Phase, QuorumFailure};
 use crate::fair::{holder_expiry, hopeless, log_failure};
 use crate::guard::LockGuard;
 use crate::lease::Lease;
@@ -131,8 +131,8 @@ impl SemaphoreRequest {
     }
 
     /// One pass: the slots from a random one, at most K attempts, stopping
-    /// at the first grant, at a failure other than contention (nodes down
-    /// are down for every slot: trying the others would multiply the
+    /// at the first grant, at a failure that saw no holder (nodes down are
+    /// down for every slot: trying the others would multiply the
     /// timeouts), or when the deadline passed.
     async fn pass(
         &self,
@@ -157,8 +157,15 @@ impl SemaphoreRequest {
                     if let Some(e) = holder_expiry(&failure, now) {
                         expiry = Some(expiry.map_or(e, |x| x.min(e)));
                     }
-                    let stop = failure.reason != FailureReason::Contended
-                        || deadline.is_some_and(|d| now >= d);
+                    // Another slot is worth a try while this one was seen
+                    // held somewhere: with a node down a held slot fails as
+                    // `Unavailable`, not `Contended`.
+                    let held = failure.reason == FailureReason::Contended
+                        || failure
+                            .failures
+                            .iter()
+                            .any(|f| matches!(f.kind, NodeErrorKind::HeldByOther { .. }));
+                    let stop = !held || hopeless(&failure) || deadline.is_some_and(|d| now >= d);
                     last = Some(failure);
                     if stop {
                         break;
