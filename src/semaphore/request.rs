@@ -44,6 +44,12 @@ pub struct SemaphoreRequest {
     wake_on_release: bool,
 }
 
+/// The slots' targets, made when first tried, and the next pass's start.
+struct Targets {
+    slots: Vec<Option<Target>>,
+    start: u32,
+}
+
 /// How one pass over the slots ended without a grant.
 struct Refused {
     failure: QuorumFailure,
@@ -100,32 +106,49 @@ impl SemaphoreRequest {
         self
     }
 
-    /// Every slot's validated target and the watchdog's schedule: all that
-    /// can be refused before a round trip.
-    fn checked(&self) -> Result<(Vec<Target>, Option<Schedule>), Error> {
-        let targets = self
-            .slots
-            .iter()
-            .map(|slot| self.shared.target(slot, self.ttl))
-            .collect::<Result<Vec<_>, _>>()?;
-        let node_timeout = self.shared.config.node_timeout;
-        let schedule = match (self.auto_extend, targets.first()) {
-            (Some(auto), Some(t)) => {
-                Some(auto.schedule(t.ttl.duration(), t.drift, node_timeout)?)
-            }
-            _ => None,
+    /// The first slot of a pass (random), its validated target and the
+    /// watchdog's schedule: all that can be refused before a round trip.
+    /// The other slots' targets are made when tried (`Targets`): a free
+    /// permit costs one target, as a mutex acquire does.
+    fn checked(&self) -> Result<(Targets, Option<Schedule>), Error> {
+        let mut targets = Targets {
+            slots: vec![None; self.slots.len()],
+            start: rand::random(),
         };
+        let permits = u32::try_from(self.slots.len()).unwrap_or(u32::MAX);
+        let first = targets.start % permits.max(1);
+        let target = self.shared.target(&self.slots[first as usize], self.ttl)?;
+        let node_timeout = self.shared.config.node_timeout;
+        let schedule = self
+            .auto_extend
+            .map(|auto| auto.schedule(target.ttl.duration(), target.drift, node_timeout))
+            .transpose()?;
+        targets.slots[first as usize] = Some(target);
         Ok((targets, schedule))
+    }
+
+    /// Slot `slot`'s target, made on first use. The name and the TTL were
+    /// checked with the pass's first slot, so this does not fail for a slot
+    /// below K.
+    fn target<'a>(&self, targets: &'a mut Targets, slot: u32) -> Option<&'a Target> {
+        let entry = targets.slots.get_mut(slot as usize)?;
+        if entry.is_none() {
+            *entry = self
+                .shared
+                .target(self.slots.get(slot as usize)?, self.ttl)
+                .ok();
+        }
+        entry.as_ref()
     }
 
     fn permit(
         &self,
-        targets: &[Target],
+        targets: &mut Targets,
         slot: u32,
         grant: Grant,
         schedule: Option<Schedule>,
     ) -> Option<Permit> {
-        let target = targets.get(slot as usize)?;
+        let target = self.target(targets, slot)?;
         let guard = LockGuard::new(Arc::clone(&self.shared), target, grant, schedule);
         Some(Permit::new(guard, self.name.clone(), slot))
     }
@@ -136,16 +159,18 @@ impl SemaphoreRequest {
     /// timeouts), or when the deadline passed.
     async fn pass(
         &self,
-        targets: &[Target],
+        targets: &mut Targets,
         probe: bool,
         attempts: &mut u32,
         deadline: Option<Instant>,
     ) -> Result<(u32, Grant), Refused> {
-        let permits = u32::try_from(targets.len()).unwrap_or(u32::MAX);
+        let permits = u32::try_from(targets.slots.len()).unwrap_or(u32::MAX);
+        // Later passes start elsewhere: spreads the retries of waiters.
+        let start = std::mem::replace(&mut targets.start, rand::random());
         let mut expiry: Option<Instant> = None;
         let mut last: Option<QuorumFailure> = None;
-        for slot in pass_order(rand::random(), permits) {
-            let Some(target) = targets.get(slot as usize) else {
+        for slot in pass_order(start, permits) {
+            let Some(target) = self.target(targets, slot) else {
                 continue;
             };
             *attempts += 1;
@@ -217,7 +242,7 @@ impl SemaphoreRequest {
     }
 
     async fn acquire_inner(&self, started: Instant) -> Result<Permit, Error> {
-        let (targets, schedule) = self.checked()?;
+        let (mut targets, schedule) = self.checked()?;
         let deadline = self.retry.deadline(started);
         let mut attempts = 0u32;
         let mut passes = 0u32;
@@ -227,22 +252,22 @@ impl SemaphoreRequest {
             passes += 1;
             let probe = !places.is_empty();
             let refused = match self
-                .pass(&targets, probe, &mut attempts, Some(deadline))
+                .pass(&mut targets, probe, &mut attempts, Some(deadline))
                 .await
             {
                 Ok((slot, grant)) => {
                     let expires_at = grant.held.expires_at;
-                    if (slot as usize) < places.len() {
+                    if places.len() == self.slots.len() {
                         // The slot's next waiter of this client waits for
                         // this holder's release.
                         places.swap_remove(slot as usize).acquired(expires_at);
                     }
-                    return self.permit(&targets, slot, grant, schedule).ok_or_else(|| {
-                        Error::InvalidPermits {
+                    return self
+                        .permit(&mut targets, slot, grant, schedule)
+                        .ok_or_else(|| Error::InvalidPermits {
                             permits: 0,
                             reason: "slot out of range",
-                        }
-                    });
+                        });
                 }
                 Err(refused) => refused,
             };
@@ -269,13 +294,12 @@ impl SemaphoreRequest {
                 let life = deadline
                     .saturating_duration_since(now)
                     .saturating_add(self.ttl);
-                for target in &targets {
-                    mark_waiting(&self.shared, target, life);
+                for slot in 0..self.permits() {
+                    if let Some(target) = self.target(&mut targets, slot) {
+                        mark_waiting(&self.shared, target, life);
+                        places.push(self.shared.waits.join(&self.shared.nodes, &target.key));
+                    }
                 }
-                places = targets
-                    .iter()
-                    .map(|t| self.shared.waits.join(&self.shared.nodes, &t.key))
-                    .collect();
             }
             wait_any(&places, wake_at).await;
         }
@@ -288,10 +312,10 @@ impl SemaphoreRequest {
         let started = Instant::now();
         let span = self.span("semaphore_try_acquire");
         let tried = async {
-            let (targets, schedule) = self.checked()?;
+            let (mut targets, schedule) = self.checked()?;
             let mut attempts = 0;
-            match self.pass(&targets, false, &mut attempts, None).await {
-                Ok((slot, grant)) => Ok(self.permit(&targets, slot, grant, schedule)),
+            match self.pass(&mut targets, false, &mut attempts, None).await {
+                Ok((slot, grant)) => Ok(self.permit(&mut targets, slot, grant, schedule)),
                 Err(Refused { mut failure, .. }) => {
                     failure.attempts = attempts;
                     failure.elapsed = started.elapsed();
@@ -350,6 +374,10 @@ impl SemaphoreRequest {
             Ok(Err(panic)) => std::panic::resume_unwind(panic),
             Err(lost) => Err(Error::LockLost(Box::new(lost))),
         }
+    }
+
+    fn permits(&self) -> u32 {
+        u32::try_from(self.slots.len()).unwrap_or(u32::MAX)
     }
 
     fn span(&self, name: &'static str) -> Span {
