@@ -160,6 +160,13 @@ pub(crate) struct Exec {
     /// After a lost lease, how long the command has between SIGTERM and SIGKILL.
     #[arg(long, value_parser = duration::parse, default_value = "5s")]
     pub(crate) kill_after: Duration,
+    /// Hold one of K permits of the semaphore RESOURCE instead of the lock:
+    /// at most K hosts run the command at once (every host must give the
+    /// same K). The command also gets REDFENCE_SLOT, the permit's slot in
+    /// 0..K; REDFENCE_TOKEN is that slot's token and REDFENCE_RESOURCE the
+    /// slot's name (RESOURCE:permit:SLOT), what a store keys the token by.
+    #[arg(long, value_name = "K")]
+    pub(crate) permits: Option<u32>,
     /// The lock's name; every host must use the same one.
     pub(crate) resource: String,
     /// The command and its arguments, after `--`.

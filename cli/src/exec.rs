@@ -59,9 +59,6 @@ pub(crate) async fn run(common: &Common, args: Exec) -> i32 {
     // then lose the lease. One read of every node first (bounded by the
     // node timeout; its answer is not needed) opens them all.
     let _ = client.inspect(&args.resource).await;
-    let request = client
-        .lock(args.resource.clone(), args.ttl)
-        .auto_extend(AutoExtend::new());
     // `--no-wait` is one attempt through `acquire`, not `try_acquire`: its
     // error says whether the attempt may have left a key somewhere.
     let retry = if args.no_wait {
@@ -70,16 +67,40 @@ pub(crate) async fn run(common: &Common, args: Exec) -> i32 {
         Retry::new().with_max_wait(args.wait)
     };
     let grace = common.node_timeout.min(MAX_GRACE);
+    // With `--permits`, one of K permits: the slot's lock guard, and the
+    // slot for the command's environment.
+    let acquire = async {
+        match args.permits {
+            None => client
+                .lock(args.resource.clone(), args.ttl)
+                .auto_extend(AutoExtend::new())
+                .retry(retry)
+                .acquire()
+                .await
+                .map(|guard| (guard, None)),
+            Some(permits) => {
+                let permit = client
+                    .semaphore(&args.resource, permits)?
+                    .permit(args.ttl)
+                    .auto_extend(AutoExtend::new())
+                    .retry(retry)
+                    .acquire()
+                    .await?;
+                let slot = permit.slot();
+                Ok((permit.into_guard(), Some(slot)))
+            }
+        }
+    };
     let acquired = tokio::select! {
-        acquired = request.retry(retry).acquire() => acquired,
+        acquired = acquire => acquired,
         signal = signals.recv() => {
             // The dropped acquire's cleanup is queued in the background.
             tokio::time::sleep(grace).await;
             return 128 + signal;
         }
     };
-    let guard = match acquired {
-        Ok(guard) => guard,
+    let (guard, slot) = match acquired {
+        Ok(held) => held,
         Err(e) => {
             if let Error::NotAcquired(failure) = &e {
                 if !refused_everywhere(failure) {
@@ -91,7 +112,7 @@ pub(crate) async fn run(common: &Common, args: Exec) -> i32 {
             return not_acquired(&args, &e);
         }
     };
-    let child = match spawn(&args, &guard) {
+    let child = match spawn(&args, &guard, slot) {
         Ok(child) => child,
         Err(e) => {
             release(guard, common.node_timeout).await;
@@ -153,9 +174,10 @@ fn not_acquired(args: &Exec, e: &Error) -> i32 {
             // The failure, not the error: its message has the per-node detail.
             _ => fail(EXIT_UNAVAILABLE, &one_line(&failure.to_string())),
         },
-        Error::InvalidTtl { .. } | Error::InvalidResource(_) | Error::InvalidAutoExtend { .. } => {
-            fail(EXIT_USAGE, &e.to_string())
-        }
+        Error::InvalidTtl { .. }
+        | Error::InvalidResource(_)
+        | Error::InvalidAutoExtend { .. }
+        | Error::InvalidPermits { .. } => fail(EXIT_USAGE, &e.to_string()),
         Error::Config(_) => fail(EXIT_USAGE, &e.to_string()),
         _ => fail(EXIT_FAILURE, &one_line(&e.to_string())),
     }
@@ -170,8 +192,10 @@ pub(crate) fn one_line(text: &str) -> String {
         .join("; ")
 }
 
-fn spawn(args: &Exec, guard: &LockGuard) -> io::Result<Child> {
-    spawn_under(&args.command, &guard.lease(), &[])
+fn spawn(args: &Exec, guard: &LockGuard, slot: Option<u32>) -> io::Result<Child> {
+    let slot = slot.map(|s| s.to_string());
+    let env: Vec<(&str, &str)> = slot.iter().map(|s| ("REDFENCE_SLOT", s.as_str())).collect();
+    spawn_under(&args.command, &guard.lease(), &env)
 }
 
 /// Spawns `command` in its own process group with the lease's environment

@@ -27,6 +27,7 @@ use crate::once::SingleFlight;
 use crate::protocol::inspect::ForceReleased;
 use crate::protocol::release::release_orphan;
 use crate::protocol::shared::Shared;
+use crate::semaphore::Semaphore;
 
 /// A handle to a set of independent Redis masters. Cheap to clone (one
 /// `Arc`); clones share the node connections. Build it once at startup with
@@ -210,5 +211,15 @@ impl Client {
     /// validated or sent until used.
     pub fn once(&self, key: &str) -> SingleFlight {
         SingleFlight::new(Arc::clone(&self.shared), key)
+    }
+
+    /// A semaphore of `permits` (K) permits named `name`: at most K
+    /// holders at once across every client that uses the name with the
+    /// same K, each permit with a fencing token of its own slot. See
+    /// [`Semaphore`]. Fails with [`Error::InvalidPermits`] for K = 0 or
+    /// above [`Semaphore::MAX_PERMITS`], [`Error::InvalidResource`] for an
+    /// empty name or one too long for its slots' names. Nothing is sent.
+    pub fn semaphore(&self, name: &str, permits: u32) -> Result<Semaphore, Error> {
+        Semaphore::new(Arc::clone(&self.shared), name, permits)
     }
 }

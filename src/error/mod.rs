@@ -169,6 +169,14 @@ pub enum Error {
         /// Why it was refused.
         reason: &'static str,
     },
+    /// A semaphore's number of permits is zero or above
+    /// [`Semaphore::MAX_PERMITS`](crate::Semaphore::MAX_PERMITS).
+    InvalidPermits {
+        /// The number given.
+        permits: u32,
+        /// Why it was refused.
+        reason: &'static str,
+    },
 }
 
 impl fmt::Display for Error {
@@ -182,6 +190,9 @@ impl fmt::Display for Error {
             Error::ExtendFailed(q) => write!(f, "lock on {:?} not extended", q.resource),
             Error::LockLost(l) => write!(f, "lock on {:?} lost while held", l.resource),
             Error::InvalidAutoExtend { reason } => write!(f, "invalid auto-extension: {reason}"),
+            Error::InvalidPermits { permits, reason } => {
+                write!(f, "invalid number of permits {permits}: {reason}")
+            }
         }
     }
 }

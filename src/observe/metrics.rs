@@ -230,6 +230,7 @@ mod imp {
             Error::ExtendFailed(_) => "ExtendFailed",
             Error::LockLost(_) => "LockLost",
             Error::InvalidAutoExtend { .. } => "InvalidAutoExtend",
+            Error::InvalidPermits { .. } => "InvalidPermits",
         }
     }
 

@@ -1,0 +1,460 @@
+//! A configured permit request: which semaphore, for how long, how to
+//! wait. A pass tries the slots from a random one, up to all K, and stops
+//! at the first grant; a waiting acquire then sleeps until a release of
+//! any slot is heard (or a holder's keys run out, or the retry policy's
+//! pause passes) and makes another pass, until the deadline.
+
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::FutureExt;
+use tracing::field::{self, Empty};
+use tracing::{Instrument, Span};
+
+use super::permit::Permit;
+use super::slots::pass_order;
+use crate::error::failure::{FailureReason, NodeErrorKind, Phase, QuorumFailure};
+use crate::error::Error;
+use crate::lease::Lease;
+use crate::logic::quorum::quorum;
+use crate::logic::validity::later;
+use crate::mutex::guard::LockGuard;
+use crate::protocol::attempt::attempt;
+use crate::protocol::fair::{holder_expiry, hopeless, log_failure};
+use crate::protocol::queue::mark_waiting;
+use crate::protocol::shared::{Grant, Shared, Target};
+use crate::settings::autoextend::{AutoExtend, Schedule};
+use crate::settings::retry::{jitter, Retry};
+use crate::waiting::notify::Place;
+
+/// A permit request, made by [`Semaphore::permit`](crate::Semaphore::permit).
+/// Nothing is sent until one of the consuming methods runs.
+#[derive(Debug, Clone)]
+#[must_use = "a permit request does nothing until acquired"]
+pub struct SemaphoreRequest {
+    shared: Arc<Shared>,
+    name: Arc<str>,
+    /// One resource name per slot, `{name}:permit:{i}`.
+    slots: Arc<[String]>,
+    ttl: Duration,
+    retry: Retry,
+    auto_extend: Option<AutoExtend>,
+    wake_on_release: bool,
+}
+
+/// The slots' targets, made when first tried, and the next pass's start.
+struct Targets {
+    slots: Vec<Option<Target>>,
+    start: u32,
+}
+
+/// How one pass over the slots ended without a grant.
+struct Refused {
+    failure: QuorumFailure,
+    /// When the earliest holder met in the pass frees its slot, if known.
+    expiry: Option<Instant>,
+}
+
+impl SemaphoreRequest {
+    pub(crate) fn new(
+        shared: Arc<Shared>,
+        name: Arc<str>,
+        slots: Arc<[String]>,
+        ttl: Duration,
+    ) -> Self {
+        let config = &shared.config;
+        Self {
+            retry: config.retry,
+            auto_extend: config.auto_extend,
+            wake_on_release: config.wake_on_release,
+            shared,
+            name,
+            slots,
+            ttl,
+        }
+    }
+
+    /// The retry policy for [`acquire`](Self::acquire) and
+    /// [`run`](Self::run): its deadline and pause, and its attempt limit
+    /// counted in passes (one pass tries up to K slots). Defaults to the
+    /// client's.
+    pub fn retry(mut self, retry: Retry) -> Self {
+        self.retry = retry;
+        self
+    }
+
+    /// Extend the permit automatically while its guard lives; see
+    /// [`AutoExtend`]. Defaults to the client's setting.
+    pub fn auto_extend(mut self, auto: AutoExtend) -> Self {
+        self.auto_extend = Some(auto);
+        self
+    }
+
+    /// No auto-extension for this request, whatever the client's default.
+    pub fn manual_extend(mut self) -> Self {
+        self.auto_extend = None;
+        self
+    }
+
+    /// Whether waiting sleeps until a release of any slot is heard
+    /// (`true`) or polls under the retry policy (`false`). Defaults to the
+    /// client's setting (`true` unless set).
+    pub fn wake_on_release(mut self, enabled: bool) -> Self {
+        self.wake_on_release = enabled;
+        self
+    }
+
+    /// The first slot of a pass (random), its validated target and the
+    /// watchdog's schedule: all that can be refused before a round trip.
+    /// The other slots' targets are made when tried (`Targets`): a free
+    /// permit costs one target, as a mutex acquire does.
+    fn checked(&self) -> Result<(Targets, Option<Schedule>), Error> {
+        let mut targets = Targets {
+            slots: vec![None; self.slots.len()],
+            start: rand::random(),
+        };
+        let permits = u32::try_from(self.slots.len()).unwrap_or(u32::MAX);
+        let first = targets.start % permits.max(1);
+        let target = self.shared.target(&self.slots[first as usize], self.ttl)?;
+        let node_timeout = self.shared.config.node_timeout;
+        let schedule = self
+            .auto_extend
+            .map(|auto| auto.schedule(target.ttl.duration(), target.drift, node_timeout))
+            .transpose()?;
+        targets.slots[first as usize] = Some(target);
+        Ok((targets, schedule))
+    }
+
+    /// Slot `slot`'s target, made on first use. The name and the TTL were
+    /// checked with the pass's first slot, so this does not fail for a slot
+    /// below K.
+    fn target<'a>(&self, targets: &'a mut Targets, slot: u32) -> Option<&'a Target> {
+        let entry = targets.slots.get_mut(slot as usize)?;
+        if entry.is_none() {
+            *entry = self
+                .shared
+                .target(self.slots.get(slot as usize)?, self.ttl)
+                .ok();
+        }
+        entry.as_ref()
+    }
+
+    fn permit(
+        &self,
+        targets: &mut Targets,
+        slot: u32,
+        grant: Grant,
+        schedule: Option<Schedule>,
+    ) -> Option<Permit> {
+        let target = self.target(targets, slot)?;
+        let guard = LockGuard::new(Arc::clone(&self.shared), target, grant, schedule);
+        Some(Permit::new(guard, self.name.clone(), slot))
+    }
+
+    /// One pass: the slots from a random one, at most K attempts, stopping
+    /// at the first grant, at a failure that saw no holder (nodes down are
+    /// down for every slot: trying the others would multiply the
+    /// timeouts), or when the deadline passed.
+    async fn pass(
+        &self,
+        targets: &mut Targets,
+        probe: bool,
+        attempts: &mut u32,
+        deadline: Option<Instant>,
+    ) -> Result<(u32, Grant), Refused> {
+        let permits = u32::try_from(targets.slots.len()).unwrap_or(u32::MAX);
+        // Later passes start elsewhere: spreads the retries of waiters.
+        let start = std::mem::replace(&mut targets.start, rand::random());
+        let mut expiry: Option<Instant> = None;
+        let mut last: Option<QuorumFailure> = None;
+        for slot in pass_order(start, permits) {
+            let Some(target) = self.target(targets, slot) else {
+                continue;
+            };
+            *attempts += 1;
+            match attempt(&self.shared, target, probe).await {
+                Ok(grant) => return Ok((slot, grant)),
+                Err(failure) => {
+                    log_failure(*attempts, &failure);
+                    let now = Instant::now();
+                    if let Some(e) = holder_expiry(&failure, now) {
+                        expiry = Some(expiry.map_or(e, |x| x.min(e)));
+                    }
+                    // Another slot is worth a try while this one was seen
+                    // held somewhere: with a node down a held slot fails as
+                    // `Unavailable`, not `Contended`.
+                    let held = failure.reason == FailureReason::Contended
+                        || failure
+                            .failures
+                            .iter()
+                            .any(|f| matches!(f.kind, NodeErrorKind::HeldByOther { .. }));
+                    let stop = !held || hopeless(&failure) || deadline.is_some_and(|d| now >= d);
+                    last = Some(failure);
+                    if stop {
+                        break;
+                    }
+                }
+            }
+        }
+        match last {
+            Some(failure) => Err(Refused { failure, expiry }),
+            // K ≥ 1 is checked when the semaphore is made: unreachable.
+            None => Err(Refused {
+                failure: QuorumFailure {
+                    phase: Phase::Acquire,
+                    resource: self.name.to_string(),
+                    reason: FailureReason::Contended,
+                    granted: 0,
+                    quorum: quorum(self.shared.nodes.len()),
+                    nodes: self.shared.nodes.len(),
+                    attempts: 0,
+                    elapsed: Duration::ZERO,
+                    failures: Vec::new(),
+                },
+                expiry,
+            }),
+        }
+    }
+
+    /// Acquires a permit, waiting until the policy's deadline or its
+    /// number of passes. While all K are held, the wait ends when a release
+    /// of any slot is heard, when a holder's keys run out, or after the
+    /// policy's jittered delay (a lost notice never makes the wait longer
+    /// than that), whichever is first, never after the deadline.
+    ///
+    /// **No fair queue.** The mutex's turn-taking queue orders the waiters
+    /// of one resource; a semaphore waiter waits for any of K, and a ticket
+    /// in K queues at once would be handed K turns. So semaphore waiters do
+    /// not take turns: all waiting clients hear a release, and the first
+    /// whose retry lands gets the permit (within one client, only its first
+    /// waiter per slot retries). Under sustained contention a waiter can be
+    /// overtaken; its wait is bounded by the deadline.
+    ///
+    /// On failure, [`Error::NotAcquired`] carries the last attempt's
+    /// per-node detail and the number of attempts (slot tries).
+    pub async fn acquire(self) -> Result<Permit, Error> {
+        let started = Instant::now();
+        let span = self.span("semaphore_acquire");
+        let waited = self.acquire_inner(started).instrument(span.clone()).await;
+        self.finish(&span, started, waited)
+    }
+
+    async fn acquire_inner(&self, started: Instant) -> Result<Permit, Error> {
+        let (mut targets, schedule) = self.checked()?;
+        let deadline = self.retry.deadline(started);
+        let mut attempts = 0u32;
+        let mut passes = 0u32;
+        // Subscribed to every slot from the first refused pass on.
+        let mut places: Vec<Place> = Vec::new();
+        loop {
+            passes += 1;
+            let probe = !places.is_empty();
+            let refused = match self
+                .pass(&mut targets, probe, &mut attempts, Some(deadline))
+                .await
+            {
+                Ok((slot, grant)) => {
+                    let expires_at = grant.held.expires_at;
+                    if places.len() == self.slots.len() {
+                        // The slot's next waiter of this client waits for
+                        // this holder's release.
+                        places.swap_remove(slot as usize).acquired(expires_at);
+                    }
+                    return self
+                        .permit(&mut targets, slot, grant, schedule)
+                        .ok_or_else(|| Error::InvalidPermits {
+                            permits: 0,
+                            reason: "slot out of range",
+                        });
+                }
+                Err(refused) => refused,
+            };
+            let Refused {
+                mut failure,
+                expiry,
+            } = refused;
+            let now = Instant::now();
+            if hopeless(&failure) || !self.retry.allows_another(passes) || now >= deadline {
+                failure.attempts = attempts;
+                failure.elapsed = started.elapsed();
+                return Err(Error::NotAcquired(Box::new(failure)));
+            }
+            let fallback = later(now, self.retry.pause(passes, jitter));
+            let wake_at = expiry.map_or(fallback, |e| e.min(fallback)).min(deadline);
+            if !self.wake_on_release {
+                tokio::time::sleep_until(wake_at.into()).await;
+                continue;
+            }
+            if places.is_empty() {
+                // From now on releases of the slots publish notices on
+                // every node (the waiting marker), heard by our
+                // subscriptions to the K slots' channels.
+                let life = deadline
+                    .saturating_duration_since(now)
+                    .saturating_add(self.ttl);
+                for slot in 0..self.permits() {
+                    if let Some(target) = self.target(&mut targets, slot) {
+                        mark_waiting(&self.shared, target, life);
+                        places.push(self.shared.waits.join(&self.shared.nodes, &target.key));
+                    }
+                }
+            }
+            wait_any(&places, wake_at).await;
+        }
+    }
+
+    /// One pass, no waiting. `Ok(None)` when all K permits are held by
+    /// others (every slot tried was contended); an error when nodes failed,
+    /// as [`LockRequest::try_acquire`](crate::LockRequest::try_acquire).
+    pub async fn try_acquire(self) -> Result<Option<Permit>, Error> {
+        let started = Instant::now();
+        let span = self.span("semaphore_try_acquire");
+        let tried = async {
+            let (mut targets, schedule) = self.checked()?;
+            let mut attempts = 0;
+            match self.pass(&mut targets, false, &mut attempts, None).await {
+                Ok((slot, grant)) => Ok(self.permit(&mut targets, slot, grant, schedule)),
+                Err(Refused { mut failure, .. }) => {
+                    failure.attempts = attempts;
+                    failure.elapsed = started.elapsed();
+                    Err(Error::NotAcquired(Box::new(failure)))
+                }
+            }
+        }
+        .instrument(span.clone())
+        .await;
+        match tried {
+            Ok(permit) => {
+                record_outcome(&span, started, "acquired", permit.as_ref());
+                Ok(permit)
+            }
+            Err(error) if error.is_contended() => {
+                record_outcome(&span, started, "contended", None);
+                Ok(None)
+            }
+            Err(error) => {
+                record_outcome(&span, started, "failed", None);
+                Err(error)
+            }
+        }
+    }
+
+    /// Acquires a permit (as [`acquire`](Self::acquire)), runs `f` to
+    /// completion holding it, then releases, also when `f` fails or panics;
+    /// with auto-extension `f` is cancelled when the permit is lost
+    /// ([`Error::LockLost`]). The same contract as
+    /// [`LockRequest::run`](crate::LockRequest::run); the [`Lease`]'s
+    /// resource is the slot's (`{name}:permit:{slot}`), what a store keys
+    /// the token by.
+    pub async fn run<F, Fut, T>(self, f: F) -> Result<T, Error>
+    where
+        F: FnOnce(Lease) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        let cancel_on_loss = self.auto_extend.is_some();
+        let permit = self.acquire().await?;
+        let lease = permit.lease();
+        let work = AssertUnwindSafe(f(lease.clone())).catch_unwind();
+        let outcome = if cancel_on_loss {
+            let lost = lease.lost();
+            tokio::pin!(work);
+            tokio::select! {
+                biased;
+                outcome = &mut work => Ok(outcome),
+                lost = lost => Err(lost),
+            }
+        } else {
+            Ok(work.await)
+        };
+        let _ = permit.release().await;
+        match outcome {
+            Ok(Ok(value)) => Ok(value),
+            Ok(Err(panic)) => std::panic::resume_unwind(panic),
+            Err(lost) => Err(Error::LockLost(Box::new(lost))),
+        }
+    }
+
+    fn permits(&self) -> u32 {
+        u32::try_from(self.slots.len()).unwrap_or(u32::MAX)
+    }
+
+    fn span(&self, name: &'static str) -> Span {
+        match name {
+            "semaphore_try_acquire" => tracing::debug_span!(
+                "semaphore_try_acquire",
+                semaphore = %self.name,
+                permits = self.slots.len(),
+                ttl = ?self.ttl,
+                slot = Empty,
+                elapsed = Empty,
+                outcome = Empty,
+            ),
+            _ => tracing::debug_span!(
+                "semaphore_acquire",
+                semaphore = %self.name,
+                permits = self.slots.len(),
+                ttl = ?self.ttl,
+                slot = Empty,
+                elapsed = Empty,
+                outcome = Empty,
+            ),
+        }
+    }
+
+    fn finish(
+        &self,
+        span: &Span,
+        started: Instant,
+        result: Result<Permit, Error>,
+    ) -> Result<Permit, Error> {
+        match &result {
+            Ok(permit) => record_outcome(span, started, "acquired", Some(permit)),
+            Err(error) => {
+                record_outcome(span, started, "failed", None);
+                span.in_scope(|| tracing::debug!(%error, "no permit"));
+            }
+        }
+        result
+    }
+}
+
+fn record_outcome(span: &Span, started: Instant, outcome: &'static str, permit: Option<&Permit>) {
+    if let Some(permit) = permit {
+        span.record("slot", permit.slot());
+    }
+    span.record("elapsed", field::debug(started.elapsed()))
+        .record("outcome", outcome);
+}
+
+/// Sleeps until a release of any slot is heard by a place at its queue's
+/// head, or until `until`. A place that is not head (another task of this
+/// client waits before it on that slot) is left to that task: one release
+/// costs one retry per waiting client, not per task.
+async fn wait_any(places: &[Place], until: Instant) {
+    // The counter each head compares against: a release heard after this
+    // point (or after it became head) moves it.
+    let mut seen: Vec<Option<u64>> = places.iter().map(|p| p.head().map(|h| h.heard)).collect();
+    loop {
+        for (place, seen) in places.iter().zip(seen.iter_mut()) {
+            match (place.head(), *seen) {
+                (Some(head), Some(before)) if head.heard != before => return,
+                (Some(head), None) => {
+                    // Became head since: a release heard since then counts.
+                    if head.heard != head.since {
+                        return;
+                    }
+                    *seen = Some(head.since);
+                }
+                (None, _) => *seen = None,
+                _ => {}
+            }
+        }
+        if Instant::now() >= until {
+            return;
+        }
+        let waits = places.iter().map(|p| Box::pin(p.wait(until)));
+        let _ = futures::future::select_all(waits).await;
+    }
+}
