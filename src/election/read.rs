@@ -17,8 +17,8 @@ use crate::wire::scripts::FENCED_READ;
 
 use super::error::ElectionError;
 use super::leader::{choose, Leader};
-use super::publish::parse_term;
 use super::record::{decode, Record};
+use crate::protocol::majority_write::parse_u64 as parse_term;
 
 /// The leader of the election whose lock resource is `resource` and
 /// record key `key`; see [`Election::leader`](crate::Election::leader).

@@ -8,23 +8,17 @@ use std::time::{Duration, Instant};
 
 use redis::Value;
 
-use crate::error::failure::{NodeErrorKind, NodeFailure};
+use crate::error::failure::NodeErrorKind;
 use crate::logic::quorum::quorum;
 use crate::node::Settled;
 use crate::protocol::fanout::{all_nodes, FanOut};
+use crate::protocol::majority_write::{parse_u64, write_at_majority};
+pub(crate) use crate::protocol::majority_write::{Short, WriteFailed};
 use crate::protocol::shared::Shared;
 use crate::wire::commands::unexpected;
 
 use super::entry::{newest, Entry};
 use super::scripts::{ONCE_READ, ONCE_WRITE};
-
-/// A majority out of reach: how many answered, of how many needed.
-#[derive(Debug)]
-pub(crate) struct Short {
-    pub(crate) answered: usize,
-    pub(crate) quorum: usize,
-    pub(crate) failures: Vec<NodeFailure>,
-}
 
 /// The newest entry among a majority's answers (`Ok(None)`: never
 /// written, or expired from the nodes).
@@ -74,24 +68,6 @@ pub(crate) enum Written<'a> {
     Error { message: &'a str, fresh: Duration },
 }
 
-/// One node's answer to the write.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-enum Outcome {
-    #[default]
-    Accepted,
-    /// Refused: the entry holds this higher token.
-    Refused(u64),
-}
-
-/// Why the write did not land on a majority.
-#[derive(Debug)]
-pub(crate) enum WriteFailed {
-    /// A node refused it for a higher token (the one it holds).
-    Stale(u64),
-    /// Too few nodes accepted.
-    Short(Short),
-}
-
 /// Writes `what` with `token` on every node; `keep` is how long the entry
 /// stays on a node after this write. `Ok` once a majority stored it.
 pub(crate) async fn write_entry(
@@ -127,66 +103,11 @@ pub(crate) async fn write_entry(
         kind,
         delta_ms.as_bytes(),
     ];
-    let evalsha = ONCE_WRITE.evalsha(&[key], &args);
-    let deadline = Instant::now() + shared.config.node_timeout;
-    let mut fan: FanOut<Outcome> = FanOut::start(
-        &shared.nodes,
-        all_nodes(shared.nodes.len()),
-        deadline,
-        |node, settled| {
-            let evalsha = evalsha.clone();
-            async move {
-                let reply = node
-                    .run_script_prepared(&ONCE_WRITE, &evalsha, &settled, false, None)
-                    .await?;
-                parse_outcome(reply)
-            }
-        },
-    );
-    fan.decide(|a| matches!(a, Ok(Outcome::Accepted)), deadline)
-        .await;
-    let values = fan.values();
-    let refused = values
-        .iter()
-        .filter_map(|(_, o)| match o {
-            Outcome::Refused(current) => Some(*current),
-            Outcome::Accepted => None,
-        })
-        .max();
-    let accepted = values
-        .iter()
-        .filter(|(_, o)| *o == Outcome::Accepted)
-        .count();
-    let failures = fan.failures();
-    fan.finish_in_background();
-    if let Some(current) = refused {
-        return Err(WriteFailed::Stale(current));
-    }
-    let needed = quorum(shared.nodes.len());
-    if accepted < needed {
-        return Err(WriteFailed::Short(Short {
-            answered: accepted,
-            quorum: needed,
-            failures,
-        }));
-    }
-    Ok(())
+    write_at_majority(shared, &ONCE_WRITE, key, &args).await
 }
 
 fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
-}
-
-/// The write's reply: `1`, or `{0, current}`.
-fn parse_outcome(reply: Value) -> Result<Outcome, NodeErrorKind> {
-    match &reply {
-        Value::Int(1) => Ok(Outcome::Accepted),
-        Value::Array(items) if items.len() == 2 => match parse_u64(&items[1]) {
-            Some(current) => Ok(Outcome::Refused(current)),
-            None => Err(unexpected(reply)),
-        },
-        _ => Err(unexpected(reply)),
-    }
 }
 
 /// The read's reply: nil, or the six fields of `read.lua`.
@@ -224,30 +145,12 @@ fn parse_entry(reply: Value) -> Result<Option<Entry>, NodeErrorKind> {
     }))
 }
 
-/// A token or a count as the scripts return it: a decimal string or an
-/// integer.
-fn parse_u64(v: &Value) -> Option<u64> {
-    match v {
-        Value::Int(i) => u64::try_from(*i).ok(),
-        Value::BulkString(b) => std::str::from_utf8(b).ok()?.parse().ok(),
-        _ => None,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn bulk(b: &[u8]) -> Value {
         Value::BulkString(b.to_vec())
-    }
-
-    #[test]
-    fn write_replies() {
-        assert_eq!(parse_outcome(Value::Int(1)).ok(), Some(Outcome::Accepted));
-        let refused = Value::Array(vec![Value::Int(0), bulk(b"42")]);
-        assert_eq!(parse_outcome(refused).ok(), Some(Outcome::Refused(42)));
-        assert!(parse_outcome(Value::Nil).is_err());
     }
 
     #[test]

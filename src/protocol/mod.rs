@@ -2,7 +2,8 @@
 //! [`Shared`](shared::Shared) state: an acquire attempt, the token's settle
 //! and write-back, extend, release, the restart guard's re-seed, and the
 //! inspection and forced release of a resource, and the fair queue's requests
-//! to a resource's home node. Each
+//! to a resource's home node; the family's fenced records written on a
+//! majority (`majority_write`). Each
 //! is one or two quorum rounds over the fan-out (`fanout`); the layers above
 //! (requests, guards, the watchdog) decide when to run them. Waiting in the
 //! fair queue (`fair`), which runs attempts, looks and releases, is here
@@ -17,6 +18,7 @@ pub(crate) mod extend;
 pub(crate) mod fair;
 pub(crate) mod fanout;
 pub(crate) mod inspect;
+pub(crate) mod majority_write;
 pub(crate) mod queue;
 pub(crate) mod release;
 pub(crate) mod reseed;
