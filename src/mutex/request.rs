@@ -520,33 +520,49 @@ impl LockRequest {
     {
         let cancel_on_loss = self.auto_extend.is_some();
         let guard = self.acquire().await?;
-        let lease = guard.lease();
-        let work = AssertUnwindSafe(f(lease.clone())).catch_unwind();
-        let outcome = if cancel_on_loss {
-            let lost = lease.lost();
-            tokio::pin!(work);
-            tokio::select! {
-                // A finished `f` wins a tie: its result is not thrown away.
-                biased;
-                outcome = &mut work => Ok(outcome),
-                lost = lost => Err(lost),
-            }
-        } else {
-            Ok(work.await)
-        };
-        let released = guard.release().await;
-        if released.confirmed + released.handed_over < released.nodes {
-            tracing::debug!(
-                confirmed = released.confirmed,
-                nodes = released.nodes,
-                "release not confirmed everywhere"
-            );
+        run_holding(guard, cancel_on_loss, f).await
+    }
+}
+
+/// The body of [`LockRequest::run`] once the lock is held, shared with
+/// the family's scoped forms (a semaphore's permit is a slot's guard):
+/// runs `f`, cancelled when the lease is lost if `cancel_on_loss`, then
+/// releases, also when `f` panics (resumed after the release).
+pub(crate) async fn run_holding<F, Fut, T>(
+    guard: LockGuard,
+    cancel_on_loss: bool,
+    f: F,
+) -> Result<T, Error>
+where
+    F: FnOnce(Lease) -> Fut,
+    Fut: Future<Output = T>,
+{
+    let lease = guard.lease();
+    let work = AssertUnwindSafe(f(lease.clone())).catch_unwind();
+    let outcome = if cancel_on_loss {
+        let lost = lease.lost();
+        tokio::pin!(work);
+        tokio::select! {
+            // A finished `f` wins a tie: its result is not thrown away.
+            biased;
+            outcome = &mut work => Ok(outcome),
+            lost = lost => Err(lost),
         }
-        match outcome {
-            Ok(Ok(value)) => Ok(value),
-            Ok(Err(panic)) => std::panic::resume_unwind(panic),
-            Err(lost) => Err(Error::LockLost(Box::new(lost))),
-        }
+    } else {
+        Ok(work.await)
+    };
+    let released = guard.release().await;
+    if released.confirmed + released.handed_over < released.nodes {
+        tracing::debug!(
+            confirmed = released.confirmed,
+            nodes = released.nodes,
+            "release not confirmed everywhere"
+        );
+    }
+    match outcome {
+        Ok(Ok(value)) => Ok(value),
+        Ok(Err(panic)) => std::panic::resume_unwind(panic),
+        Err(lost) => Err(Error::LockLost(Box::new(lost))),
     }
 }
 

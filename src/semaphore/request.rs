@@ -5,11 +5,9 @@
 //! pause passes) and makes another pass, until the deadline.
 
 use std::future::Future;
-use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use futures::FutureExt;
 use tracing::field::{self, Empty};
 use tracing::{Instrument, Span};
 
@@ -21,6 +19,7 @@ use crate::lease::Lease;
 use crate::logic::quorum::quorum;
 use crate::logic::validity::later;
 use crate::mutex::guard::LockGuard;
+use crate::mutex::request::run_holding;
 use crate::protocol::attempt::attempt;
 use crate::protocol::fair::{holder_expiry, hopeless, log_failure};
 use crate::protocol::queue::mark_waiting;
@@ -355,25 +354,7 @@ impl SemaphoreRequest {
     {
         let cancel_on_loss = self.auto_extend.is_some();
         let permit = self.acquire().await?;
-        let lease = permit.lease();
-        let work = AssertUnwindSafe(f(lease.clone())).catch_unwind();
-        let outcome = if cancel_on_loss {
-            let lost = lease.lost();
-            tokio::pin!(work);
-            tokio::select! {
-                biased;
-                outcome = &mut work => Ok(outcome),
-                lost = lost => Err(lost),
-            }
-        } else {
-            Ok(work.await)
-        };
-        let _ = permit.release().await;
-        match outcome {
-            Ok(Ok(value)) => Ok(value),
-            Ok(Err(panic)) => std::panic::resume_unwind(panic),
-            Err(lost) => Err(Error::LockLost(Box::new(lost))),
-        }
+        run_holding(permit.into_guard(), cancel_on_loss, f).await
     }
 
     fn permits(&self) -> u32 {
