@@ -9,39 +9,9 @@
 
 use std::process::Command;
 
-/// One row of the results table, by its nemesis.
-struct Row {
-    granted: u64,
-    overlaps: u64,
-    tokens: u64,
-    lost_updates: u64,
-    stale_accepted: u64,
-    verdict: String,
-}
+mod common;
 
-fn row(table: &str, nemesis: &str) -> Row {
-    let line = table
-        .lines()
-        .find(|l| l.starts_with(&format!("| {nemesis} |")))
-        .unwrap_or_else(|| panic!("no row for {nemesis} in:\n{table}"));
-    let cells: Vec<&str> = line.split('|').map(str::trim).collect();
-    // "", nemesis, duration, clients, resources, granted, overlaps,
-    // tokens, lost updates, stale accepted, stale rejected, availability,
-    // recovery, expected, verdict, "".
-    let n = |i: usize| -> u64 {
-        cells[i]
-            .parse()
-            .unwrap_or_else(|_| panic!("cell {i} of {line:?} is not a count"))
-    };
-    Row {
-        granted: n(5),
-        overlaps: n(6),
-        tokens: n(7),
-        lost_updates: n(8),
-        stale_accepted: n(9),
-        verdict: cells[14].to_owned(),
-    }
-}
+use common::row;
 
 /// 8 s each, the short form's duration: `kill-nopersist-guard` (a node
 /// killed and restarted empty every 50–250 ms, the guard on) and its
