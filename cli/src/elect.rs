@@ -13,22 +13,13 @@ use crate::cli::{
     Common, Elect, EXIT_FAILURE, EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND, EXIT_TIMEOUT,
     EXIT_UNAVAILABLE, EXIT_USAGE,
 };
-use crate::exec::{linger, one_line, spawn_under, watch, Signals, MAX_GRACE};
+use crate::exec::{client_and_signals, linger, one_line, spawn_under, watch, MAX_GRACE};
 use crate::fail;
 
 pub(crate) async fn run(common: &Common, args: Elect) -> i32 {
-    let client = match crate::client(common, &common.nodes) {
-        Ok(client) => client,
+    let (client, mut signals) = match client_and_signals(common) {
+        Ok(both) => both,
         Err(code) => return code,
-    };
-    let mut signals = match Signals::new() {
-        Ok(signals) => signals,
-        Err(e) => {
-            return fail(
-                EXIT_FAILURE,
-                &format!("cannot install signal handlers: {e}"),
-            )
-        }
     };
     let mut election = client.election(&args.name).ttl(args.ttl);
     if let Some(wait) = args.wait {

@@ -39,19 +39,23 @@ use crate::fail;
 /// until the TTL ran out.
 pub(crate) const MAX_GRACE: Duration = Duration::from_secs(1);
 
+/// The client of `common`'s nodes and the signal handlers, or the exit
+/// status that says why not. Shared with `elect`.
+pub(crate) fn client_and_signals(common: &Common) -> Result<(redfence::Client, Signals), i32> {
+    let client = crate::client(common, &common.nodes)?;
+    let signals = Signals::new().map_err(|e| {
+        fail(
+            EXIT_FAILURE,
+            &format!("cannot install signal handlers: {e}"),
+        )
+    })?;
+    Ok((client, signals))
+}
+
 pub(crate) async fn run(common: &Common, args: Exec) -> i32 {
-    let client = match crate::client(common, &common.nodes) {
-        Ok(client) => client,
+    let (client, mut signals) = match client_and_signals(common) {
+        Ok(both) => both,
         Err(code) => return code,
-    };
-    let mut signals = match Signals::new() {
-        Ok(signals) => signals,
-        Err(e) => {
-            return fail(
-                EXIT_FAILURE,
-                &format!("cannot install signal handlers: {e}"),
-            )
-        }
     };
     // Connections open lazily, and an attempt's requests still connecting
     // when a majority has answered are not sent: a fresh process's lock
