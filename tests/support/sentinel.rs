@@ -174,9 +174,16 @@ impl SentinelGroup {
         });
     }
 
-    /// `SENTINEL FAILOVER`: a forced failover, without agreement.
+    /// `SENTINEL FAILOVER`: a forced failover, without agreement. Asked
+    /// again while the Sentinel finds no replica to promote
+    /// (`NOGOODSLAVE`: on a loaded machine its last reply from the replica
+    /// can be seconds old).
     pub fn failover(&self) {
-        let reply = self.sentinels[0].cli(&["SENTINEL", "FAILOVER", MASTER_NAME]);
+        let mut reply = String::new();
+        self.wait_until("SENTINEL FAILOVER accepted", |g| {
+            reply = g.sentinels[0].cli(&["SENTINEL", "FAILOVER", MASTER_NAME]);
+            !reply.contains("NOGOODSLAVE")
+        });
         assert_eq!(reply, "OK", "SENTINEL FAILOVER: {reply}");
     }
 
