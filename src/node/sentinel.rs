@@ -28,8 +28,14 @@
 //! the old master's `run_id` until a later failover (a higher config epoch)
 //! names it again.
 //!
-//! Not done here: Sentinels with passwords (the URL's credentials are the
-//! master's), and listening for `+switch-master`; see DESIGN.md, "Redis
+//! Credentials: the URL's `user:pass@` is the master's (and its replicas'),
+//! as on a plain node; Sentinels with a password of their own
+//! (`requirepass`, or an ACL user) take it as query parameters,
+//! `?sentinel_user=U&sentinel_password=P` ([`parse_url`]). TLS
+//! (`rediss+sentinel://`) is for both: the Sentinels' clients and the
+//! master's are built with the client's `Tls` settings.
+//!
+//! Not done here: listening for `+switch-master`; see DESIGN.md, "Redis
 //! Sentinel nodes", for what that leaves open.
 
 use std::sync::Mutex;
@@ -54,8 +60,8 @@ pub(crate) const DEFAULT_PORT: u16 = 26379;
 pub(crate) struct Sentinel {
     /// The master's name in the Sentinels' configuration.
     name: String,
-    /// One client per Sentinel (plain or TLS as the URL says, no
-    /// credentials).
+    /// One client per Sentinel (plain or TLS as the URL says, with the
+    /// Sentinels' credentials if the URL gives any).
     sentinels: Vec<redis::Client>,
     /// `scheme://[user:pass@]` and `/db` around the master's `host:port`.
     master_url: MasterUrl,
@@ -352,10 +358,11 @@ impl Demotions {
     }
 }
 
-/// `redis+sentinel://[user[:pass]@]h1[:p1],h2[:p2]/name[/db]` (and
-/// `rediss+sentinel://` for TLS) into the Sentinels' `host:port`s, the
-/// master's name and how to build its URL. `None` when the scheme is not a
-/// Sentinel one; `Err` says what is wrong.
+/// `redis+sentinel://[user[:pass]@]h1[:p1],h2[:p2]/name[/db][?sentinel_user=U&sentinel_password=P]`
+/// (and `rediss+sentinel://` for TLS) into the Sentinels' `host:port`s,
+/// the master's name, how to build its URL and the Sentinels' own
+/// credentials. `None` when the scheme is not a Sentinel one; `Err` says
+/// what is wrong.
 pub(crate) fn parse_url(url: &str) -> Option<Result<Parsed, &'static str>> {
     let (scheme, rest) = url.split_once("://")?;
     let scheme = match scheme.to_ascii_lowercase().as_str() {
@@ -366,12 +373,31 @@ pub(crate) fn parse_url(url: &str) -> Option<Result<Parsed, &'static str>> {
     Some(parse_rest(scheme, rest))
 }
 
+/// The query parameter naming the Sentinels' ACL user.
+pub(crate) const USER_PARAM: &str = "sentinel_user";
+/// The query parameter holding the Sentinels' password (`requirepass` on
+/// the Sentinels); redacted wherever a URL is shown.
+pub(crate) const PASSWORD_PARAM: &str = "sentinel_password";
+
 /// A parsed Sentinel URL.
 #[derive(Debug, Clone)]
 pub(crate) struct Parsed {
     pub(crate) sentinels: Vec<(String, u16)>,
     pub(crate) name: String,
     pub(crate) master_url: MasterUrl,
+    /// `[user]:pass@` for the Sentinels (percent-encoded), or empty: the
+    /// URL's `user:pass@` is the master's, not theirs.
+    pub(crate) sentinel_userinfo: String,
+}
+
+impl Parsed {
+    /// One Sentinel's URL, with the Sentinels' credentials.
+    pub(crate) fn sentinel_url(&self, host: &str, port: u16) -> String {
+        format!(
+            "{}://{}{host}:{port}",
+            self.master_url.scheme, self.sentinel_userinfo
+        )
+    }
 }
 
 fn parse_rest(scheme: &'static str, rest: &str) -> Result<Parsed, &'static str> {
@@ -394,12 +420,16 @@ fn parse_rest(scheme: &'static str, rest: &str) -> Result<Parsed, &'static str> 
         }
         sentinels.push((h.to_ascii_lowercase(), p));
     }
+    let (path, query) = match path.split_once('?') {
+        Some((path, query)) => (path, Some(query)),
+        None => (path, None),
+    };
     let (name, db) = path.split_once('/').unwrap_or((path, "0"));
     if name.is_empty() {
         return Err("names no master: redis+sentinel://host:26379,host:26379/mastername");
     }
-    if name.contains(['?', '#']) {
-        return Err("has query parameters, which Sentinel urls do not take");
+    if name.contains('#') || query.is_some_and(|q| q.contains('#')) {
+        return Err("has a fragment, which Sentinel urls do not take");
     }
     let db = if db.is_empty() {
         0
@@ -414,7 +444,67 @@ fn parse_rest(scheme: &'static str, rest: &str) -> Result<Parsed, &'static str> 
             userinfo,
             db,
         },
+        sentinel_userinfo: match query {
+            Some(query) => sentinel_userinfo(query)?,
+            None => String::new(),
+        },
     })
+}
+
+/// `sentinel_user=U&sentinel_password=P` into `U:P@` (`:P@` without a
+/// user), each percent-decoded and encoded again for a URL's userinfo.
+fn sentinel_userinfo(query: &str) -> Result<String, &'static str> {
+    const ONLY: &str = "takes only the query parameters sentinel_user and sentinel_password";
+    let (mut user, mut password) = (None, None);
+    for param in query.split('&').filter(|p| !p.is_empty()) {
+        let (key, value) = param.split_once('=').ok_or(ONLY)?;
+        let slot = match key {
+            USER_PARAM => &mut user,
+            PASSWORD_PARAM => &mut password,
+            _ => return Err(ONLY),
+        };
+        if slot.is_some() {
+            return Err("repeats a sentinel_user or sentinel_password parameter");
+        }
+        *slot = Some(reencode(value).ok_or("has a bad percent-encoding in a query parameter")?);
+    }
+    match (user, password) {
+        (_, None) if query.split('&').any(|p| !p.is_empty()) => {
+            Err("has sentinel_user without sentinel_password")
+        }
+        (_, None) => Ok(String::new()),
+        (user, Some(password)) => Ok(format!("{}:{password}@", user.unwrap_or_default())),
+    }
+}
+
+/// A percent-encoded query value, decoded and encoded again with every byte
+/// but the unreserved ones escaped (safe in a URL's userinfo). `+` is kept
+/// as `+`, not a space. `None` on a bad escape.
+fn reencode(value: &str) -> Option<String> {
+    let bytes = value.as_bytes();
+    let mut decoded = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while let Some(&b) = bytes.get(i) {
+        if b == b'%' {
+            let hex = std::str::from_utf8(bytes.get(i + 1..i + 3)?).ok()?;
+            decoded.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            decoded.push(b);
+            i += 1;
+        }
+    }
+    Some(
+        decoded
+            .iter()
+            .map(|&b| match b {
+                b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
+                    char::from(b).to_string()
+                }
+                _ => format!("%{b:02X}"),
+            })
+            .collect(),
+    )
 }
 
 #[cfg(test)]
@@ -445,9 +535,42 @@ mod tests {
             "redis+sentinel://:1/m",
             "redis+sentinel://a:1/m/x",
             "redis+sentinel://a:1/m?db=1",
+            "redis+sentinel://a:1/m?sentinel_user=u",
+            "redis+sentinel://a:1/m?sentinel_password",
+            "redis+sentinel://a:1/m?sentinel_password=a&sentinel_password=b",
+            "redis+sentinel://a:1/m?sentinel_password=%zz",
+            "redis+sentinel://a:1/m?sentinel_password=%4",
+            "redis+sentinel://a:1/m#x",
         ] {
             assert!(parse_url(bad).unwrap().is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn sentinel_credentials_are_theirs_not_the_masters() {
+        let p = parse_url("rediss+sentinel://u:pw@a:1,b:2/m/3?sentinel_password=s%40c:r/t+")
+            .unwrap()
+            .unwrap();
+        assert_eq!(p.master_url.at("h", 7), "rediss://u:pw@h:7/3");
+        assert_eq!(p.sentinel_url("a", 1), "rediss://:s%40c%3Ar%2Ft%2B@a:1");
+        let p = parse_url("redis+sentinel://a:1/m?sentinel_user=sen&sentinel_password=x")
+            .unwrap()
+            .unwrap();
+        assert_eq!(p.master_url.at("h", 7), "redis://h:7/0");
+        assert_eq!(p.sentinel_url("a", 1), "redis://sen:x@a:1");
+        let p = parse_url("redis+sentinel://a:1/m/2?").unwrap().unwrap();
+        assert_eq!(
+            (p.sentinel_url("a", 1).as_str(), p.master_url.db),
+            ("redis://a:1", 2)
+        );
+        // What redis-rs makes of it: the password as given.
+        let p = parse_url("redis+sentinel://a:1/m?sentinel_user=sen&sentinel_password=p%40ss:w/d")
+            .unwrap()
+            .unwrap();
+        let info = redis::IntoConnectionInfo::into_connection_info(p.sentinel_url("a", 1).as_str())
+            .unwrap();
+        assert_eq!(info.redis_settings().username(), Some("sen"));
+        assert_eq!(info.redis_settings().password(), Some("p@ss:w/d"));
     }
 
     #[test]

@@ -54,8 +54,9 @@ pub(crate) struct Config {
 /// A master watched by Redis Sentinel is one node:
 /// `redis+sentinel://[user][:password@]host1:26379,host2:26379/mastername[/db]`
 /// (`rediss+sentinel://` for TLS to the master and the Sentinels; the
-/// credentials are the master's), or [`NodeSpec::sentinel`]; see README,
-/// "Redis Sentinel".
+/// credentials are the master's, and Sentinels with a password take
+/// `?sentinel_password=P[&sentinel_user=U]`), or [`NodeSpec::sentinel`];
+/// see README, "Redis Sentinel".
 /// Its `Debug` never shows a password.
 #[derive(Clone)]
 pub struct NodeSpec(Spec);
@@ -86,7 +87,8 @@ impl NodeSpec {
     /// Sentinels' `host:port` addresses and the master's name in their
     /// configuration. The same as
     /// `redis+sentinel://host1:port1,host2:port2/name`; use that form for
-    /// a password or TLS.
+    /// passwords (the master's, and the Sentinels' as
+    /// `?sentinel_password=`) or TLS.
     ///
     /// ```
     /// let node = redfence::NodeSpec::sentinel(["10.0.0.1:26379", "10.0.0.2:26379"], "mymaster");
@@ -309,14 +311,13 @@ fn sentinel_node(
         url: shown.clone(),
         reason,
     })?;
-    let scheme = parsed.master_url.scheme;
     // Each Sentinel and the master's URL (at a Sentinel's address, as a
     // stand-in) go through the plain nodes' checks: TLS feature and
     // settings, credentials, database.
     let mut clients = Vec::with_capacity(parsed.sentinels.len());
     let mut addrs = Vec::with_capacity(parsed.sentinels.len());
     for (host, port) in &parsed.sentinels {
-        let url = NodeSpec::from(format!("{scheme}://{host}:{port}"));
+        let url = NodeSpec::from(parsed.sentinel_url(host, *port));
         let (client, addr, _) = parse_node(index, &url, tls)?;
         clients.push(client);
         addrs.push(format!("sentinel:{}@{addr}", parsed.name));
@@ -463,7 +464,9 @@ fn scheme_check(url: &str, tls_built: bool) -> Result<(), &'static str> {
 /// Replaces the password in `scheme://user:password@host` and in a
 /// `pass=` / `password=` query parameter with `***`.
 pub(crate) fn redact(url: &str) -> String {
-    let url = redact_userinfo(url);
+    // First: a Sentinel password may hold an `@`, which would mislead the
+    // userinfo's redaction.
+    let url = redact_userinfo(&redact_param(url, sentinel::PASSWORD_PARAM));
     let Some((head, query)) = url.split_once('?') else {
         return url;
     };
@@ -479,6 +482,27 @@ pub(crate) fn redact(url: &str) -> String {
         })
         .collect();
     format!("{head}?{}", params.join("&"))
+}
+
+/// Every `name=value` (after `?` or `&`) as `name=***`.
+fn redact_param(url: &str, name: &str) -> String {
+    let mut out = String::with_capacity(url.len());
+    let mut rest = url;
+    while let Some(at) = rest.find(name) {
+        let (before, after) = rest.split_at(at);
+        let after = &after[name.len()..];
+        out.push_str(before);
+        out.push_str(name);
+        match after.strip_prefix('=') {
+            Some(value) if before.ends_with(['?', '&']) => {
+                out.push_str("=***");
+                rest = value.find('&').map_or("", |end| &value[end..]);
+            }
+            _ => rest = after,
+        }
+    }
+    out.push_str(rest);
+    out
 }
 
 fn redact_userinfo(url: &str) -> String {
@@ -538,6 +562,14 @@ mod tests {
         assert_eq!(
             redact("redis://:a@h?password=b"),
             "redis://:***@h?password=***"
+        );
+        assert_eq!(
+            redact("redis+sentinel://u:p@h:1/m?sentinel_user=s&sentinel_password=x@y&z"),
+            "redis+sentinel://u:***@h:1/m?sentinel_user=s&sentinel_password=***&z"
+        );
+        assert_eq!(
+            redact("redis+sentinel://h:1/m?sentinel_password=x@y"),
+            "redis+sentinel://h:1/m?sentinel_password=***"
         );
     }
 

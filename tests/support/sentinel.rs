@@ -22,7 +22,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use super::proxy::{Fault, FaultProxy};
-use super::server::{RedisServer, ServerOptions};
+use super::server::{RedisServer, ServerOptions, ServerTls};
 
 /// The master's name in the Sentinels' configuration.
 pub const MASTER_NAME: &str = "mymaster";
@@ -34,6 +34,31 @@ const FAILOVER_TIMEOUT: Duration = Duration::from_secs(60);
 /// Bounds every wait of this harness.
 const WAIT: Duration = Duration::from_secs(30);
 
+/// How a [`SentinelGroup`] is secured. `Default`: plain TCP, no passwords.
+#[derive(Debug, Clone, Default)]
+pub struct GroupOptions {
+    /// Every server and Sentinel serves TLS only (`--port 0 --tls-port P`)
+    /// with these settings, and they talk TLS to each other
+    /// (`tls-replication yes`): the replica to the master (through the
+    /// proxy, which only forwards bytes) and the Sentinels to the servers
+    /// and to each other. The certificate must be valid for client
+    /// authentication too (`Certs::cluster_node`), as each is also a
+    /// client.
+    pub tls: Option<ServerTls>,
+    /// `(user, password)`: the master and the replica refuse a client that
+    /// is not this ACL user (the `default` user has the password
+    /// [`ADMIN_PASSWORD`], which the harness's `cli` uses); the replica
+    /// and the Sentinels authenticate as this user.
+    pub acl_user: Option<(String, String)>,
+    /// `requirepass` on the Sentinels (which then authenticate to each
+    /// other with it).
+    pub sentinel_password: Option<String>,
+}
+
+/// The `default` user's password on the servers of a group with an ACL
+/// user: only the harness uses it.
+pub const ADMIN_PASSWORD: &str = "harness-admin";
+
 /// A master, a replica (through a proxy) and three Sentinels.
 #[derive(Debug)]
 pub struct SentinelGroup {
@@ -41,25 +66,58 @@ pub struct SentinelGroup {
     pub servers: Vec<RedisServer>,
     pub sentinels: Vec<RedisServer>,
     replication: FaultProxy,
+    options: GroupOptions,
 }
 
 impl SentinelGroup {
     /// Starts the group and returns once every Sentinel knows the replica
     /// and the two other Sentinels (so a failover can be authorised).
     pub fn start() -> SentinelGroup {
-        let master = RedisServer::start();
+        SentinelGroup::start_with(GroupOptions::default())
+    }
+
+    /// [`SentinelGroup::start`], secured as `options` says.
+    pub fn start_with(options: GroupOptions) -> SentinelGroup {
+        let server_options = |replica_of: Option<u16>| {
+            let mut extra_args = Vec::new();
+            if options.tls.is_some() {
+                extra_args.extend(["--tls-replication".into(), "yes".into()]);
+            }
+            let (requirepass, acl_user) = match &options.acl_user {
+                Some((user, pass)) => {
+                    extra_args.extend([
+                        "--masteruser".into(),
+                        user.clone(),
+                        "--masterauth".into(),
+                        pass.clone(),
+                    ]);
+                    (
+                        Some(ADMIN_PASSWORD.to_owned()),
+                        Some((user.clone(), pass.clone())),
+                    )
+                }
+                None => (None, None),
+            };
+            ServerOptions {
+                replica_of,
+                tls: options.tls.clone(),
+                requirepass,
+                acl_user,
+                extra_args,
+                ..ServerOptions::default()
+            }
+        };
+        let master = RedisServer::start_with(server_options(None));
         let replication =
             FaultProxy::start(std::net::SocketAddr::from(([127, 0, 0, 1], master.port())))
                 .expect("replication proxy");
-        let replica = RedisServer::start_with(ServerOptions {
-            replica_of: Some(replication.port()),
-            ..ServerOptions::default()
-        });
-        let sentinels = start_sentinels(master.port(), DOWN_AFTER, FAILOVER_TIMEOUT);
+        let replica = RedisServer::start_with(server_options(Some(replication.port())));
+        let sentinels = start_sentinels_with(master.port(), DOWN_AFTER, FAILOVER_TIMEOUT, &options);
         let group = SentinelGroup {
             servers: vec![master, replica],
             sentinels,
             replication,
+            options,
         };
         group.wait_until("the replica in sync", |g| {
             g.servers[1]
@@ -70,9 +128,14 @@ impl SentinelGroup {
         group
     }
 
-    /// `redis+sentinel://127.0.0.1:p1,127.0.0.1:p2,127.0.0.1:p3/mymaster`.
+    /// `redis+sentinel://127.0.0.1:p1,127.0.0.1:p2,127.0.0.1:p3/mymaster`
+    /// (`rediss+sentinel://` for a TLS group; no credentials).
     pub fn url(&self) -> String {
-        url(&self.sentinels)
+        let url = url(&self.sentinels);
+        match self.options.tls {
+            Some(_) => url.replacen("redis+sentinel://", "rediss+sentinel://", 1),
+            None => url,
+        }
     }
 
     /// The port the first Sentinel that answers names as master.
@@ -111,9 +174,16 @@ impl SentinelGroup {
         });
     }
 
-    /// `SENTINEL FAILOVER`: a forced failover, without agreement.
+    /// `SENTINEL FAILOVER`: a forced failover, without agreement. Asked
+    /// again while the Sentinel finds no replica to promote
+    /// (`NOGOODSLAVE`: on a loaded machine its last reply from the replica
+    /// can be seconds old).
     pub fn failover(&self) {
-        let reply = self.sentinels[0].cli(&["SENTINEL", "FAILOVER", MASTER_NAME]);
+        let mut reply = String::new();
+        self.wait_until("SENTINEL FAILOVER accepted", |g| {
+            reply = g.sentinels[0].cli(&["SENTINEL", "FAILOVER", MASTER_NAME]);
+            !reply.contains("NOGOODSLAVE")
+        });
         assert_eq!(reply, "OK", "SENTINEL FAILOVER: {reply}");
     }
 
@@ -139,7 +209,7 @@ impl SentinelGroup {
     /// name the master at epoch 0 and know each other.
     pub fn redeploy_sentinels(&mut self) {
         let master = self.master_port();
-        let fresh = conf(master, DOWN_AFTER, FAILOVER_TIMEOUT);
+        let fresh = conf(master, DOWN_AFTER, FAILOVER_TIMEOUT, &self.options);
         for s in &mut self.sentinels {
             let info = s.cli(&["INFO", "server"]);
             let path = info
@@ -176,11 +246,32 @@ pub fn start_sentinels(
     down_after: Duration,
     failover_timeout: Duration,
 ) -> Vec<RedisServer> {
-    let conf = conf(master, down_after, failover_timeout);
+    start_sentinels_with(
+        master,
+        down_after,
+        failover_timeout,
+        &GroupOptions::default(),
+    )
+}
+
+fn start_sentinels_with(
+    master: u16,
+    down_after: Duration,
+    failover_timeout: Duration,
+    options: &GroupOptions,
+) -> Vec<RedisServer> {
+    let conf = conf(master, down_after, failover_timeout, options);
+    let extra_args: Vec<String> = match options.tls {
+        Some(_) => vec!["--tls-replication".into(), "yes".into()],
+        None => Vec::new(),
+    };
     (0..3)
         .map(|_| {
             RedisServer::start_with(ServerOptions {
                 sentinel_conf: Some(conf.clone()),
+                tls: options.tls.clone(),
+                requirepass: options.sentinel_password.clone(),
+                extra_args: extra_args.clone(),
                 ..ServerOptions::default()
             })
         })
@@ -188,9 +279,15 @@ pub fn start_sentinels(
 }
 
 /// A Sentinel's configuration as deployed: no epoch, no other Sentinels
-/// or replicas yet (it finds them), the master on `master`.
-fn conf(master: u16, down_after: Duration, failover_timeout: Duration) -> String {
-    format!(
+/// or replicas yet (it finds them), the master on `master` (and the ACL
+/// user it authenticates as, if any).
+fn conf(
+    master: u16,
+    down_after: Duration,
+    failover_timeout: Duration,
+    options: &GroupOptions,
+) -> String {
+    let mut conf = format!(
         "sentinel resolve-hostnames no\n\
          sentinel announce-ip 127.0.0.1\n\
          sentinel monitor {MASTER_NAME} 127.0.0.1 {master} 2\n\
@@ -198,7 +295,13 @@ fn conf(master: u16, down_after: Duration, failover_timeout: Duration) -> String
          sentinel failover-timeout {MASTER_NAME} {}\n",
         down_after.as_millis(),
         failover_timeout.as_millis()
-    )
+    );
+    if let Some((user, pass)) = &options.acl_user {
+        conf.push_str(&format!(
+            "sentinel auth-user {MASTER_NAME} {user}\nsentinel auth-pass {MASTER_NAME} {pass}\n"
+        ));
+    }
+    conf
 }
 
 /// Waits until every Sentinel of a group knows `replicas` replicas and the
