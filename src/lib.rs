@@ -212,7 +212,7 @@ pub use node::restart::RestartGuard;
 pub use node::tls::Tls;
 pub use observe::inspect::{Holder, Inspection, NodeInspection};
 pub use observe::stats::Stats;
-pub use once::{OnceError, SingleFlight};
+pub use once::{OnceError, OnceRecord, OnceStore, SingleFlight};
 pub use protocol::inspect::{ForceOutcome, ForceReleased, NodeForceRelease};
 pub use protocol::release::Released;
 pub use semaphore::{Permit, Semaphore, SemaphoreRequest};

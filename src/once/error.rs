@@ -7,6 +7,7 @@ use std::time::Duration;
 use crate::error::failure::NodeFailure;
 use crate::error::Error;
 use crate::logic::fence::FencingToken;
+use crate::store::StoreError;
 
 /// Why [`SingleFlight::get_or_compute`](crate::SingleFlight::get_or_compute)
 /// returned no value. `E` is the computation's error type.
@@ -91,6 +92,19 @@ where
         quorum: usize,
         /// What the others did.
         failures: Vec<NodeFailure>,
+    },
+    /// The user's store
+    /// ([`get_or_compute_in`](crate::SingleFlight::get_or_compute_in))
+    /// failed to read (`phase` "read") or to write ("write") the value.
+    #[error("single-flight {key:?}: the store failed to {phase}")]
+    Store {
+        /// The single-flight key.
+        key: String,
+        /// `"read"` or `"write"`.
+        phase: &'static str,
+        /// The store's error.
+        #[source]
+        source: StoreError,
     },
 }
 

@@ -23,10 +23,12 @@ use crate::protocol::fair::hopeless;
 use crate::protocol::shared::Shared;
 use crate::settings::retry::{jitter, Retry};
 
+use super::entries::{Entries, Failed, Nodes};
 use super::entry::Entry;
 use super::error::OnceError;
-use super::local::{join, Role};
-use super::store::{read_entry, write_entry, Short, WriteFailed, Written};
+use super::local::{join, Flight, Role};
+use super::store::{Short, Written};
+use super::user::{OnceStore, User};
 
 /// What a single-flight's lock resource starts with.
 pub(crate) const RESOURCE_PREFIX: &str = "once:";
@@ -257,13 +259,62 @@ impl SingleFlight {
             elapsed = Empty,
         );
         let started = Instant::now();
-        let got = self.get_inner(compute).instrument(span.clone()).await;
+        let nodes = Nodes {
+            shared: &self.shared,
+            key: &self.entry_key,
+        };
+        let got = self
+            .get_inner(&nodes, compute)
+            .instrument(span.clone())
+            .await;
         span.record("elapsed", field::debug(started.elapsed()));
         got
     }
 
-    async fn get_inner<F, Fut, E>(&self, compute: F) -> Result<Vec<u8>, OnceError<E>>
+    /// [`get_or_compute`](Self::get_or_compute) with the value in the
+    /// user's `store` under this single-flight's key instead of on the
+    /// lock's nodes: the lock, the waiting and the notices stay on the
+    /// nodes; the value is read from the store and written to it with the
+    /// computer's fencing token ([`OnceStore::write`] must refuse a lower
+    /// token than the record's). A reader gets the store's consistency (see
+    /// [`OnceStore`]). A failed computation is not written to the store: its
+    /// error reaches the callers of the computer's client
+    /// ([`OnceError::Failed`]); a caller of another client that waited for
+    /// it finds no fresh value once granted and computes itself.
+    pub async fn get_or_compute_in<S, F, Fut, E>(
+        &self,
+        store: &S,
+        compute: F,
+    ) -> Result<Vec<u8>, OnceError<E>>
     where
+        S: OnceStore,
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<Vec<u8>, E>>,
+        E: std::error::Error + 'static,
+    {
+        let span = tracing::debug_span!(
+            "once",
+            key = %self.key,
+            store = "user",
+            outcome = Empty,
+            elapsed = Empty,
+        );
+        let started = Instant::now();
+        let user = User {
+            store,
+            key: &self.key,
+        };
+        let got = self
+            .get_inner(&user, compute)
+            .instrument(span.clone())
+            .await;
+        span.record("elapsed", field::debug(started.elapsed()));
+        got
+    }
+
+    async fn get_inner<I, F, Fut, E>(&self, io: &I, compute: F) -> Result<Vec<u8>, OnceError<E>>
+    where
+        I: Entries,
         F: FnOnce() -> Fut,
         Fut: Future<Output = Result<Vec<u8>, E>>,
         E: std::error::Error + 'static,
@@ -276,17 +327,19 @@ impl SingleFlight {
         }
         let deadline = later(Instant::now(), self.wait);
         loop {
-            let (seen, fresh, stale) = match self.look().await? {
+            let (seen, fresh, stale) = match self.look(io).await? {
                 Look::Fresh(value) => {
                     outcome("fresh");
                     return Ok(value);
                 }
                 Look::Miss { seen, fresh, stale } => (seen, fresh, stale),
             };
-            let name = format!("{}\0{}", self.shared.id_text, self.entry_key);
+            let name = format!("{}\0{}\0{}", self.shared.id_text, io.kind(), self.entry_key);
             let mut followed = match join(name) {
                 Role::Leader(flight) => {
-                    let led = self.lead(deadline, seen, fresh, stale, compute).await;
+                    let led = self
+                        .lead(io, &flight, deadline, seen, fresh, stale, compute)
+                        .await;
                     match &led {
                         Ok(value) => flight.share(Ok(value.clone())),
                         Err(OnceError::Compute { source, .. }) => {
@@ -331,8 +384,10 @@ impl SingleFlight {
     /// The distributed protocol, for the process's flight of this key: one
     /// `try_acquire`; granted, compute; not granted, serve what can be
     /// served or wait for the computer's release, then read again.
-    async fn lead<F, Fut, E>(
+    async fn lead<I, F, Fut, E>(
         &self,
+        io: &I,
+        flight: &Flight,
         deadline: Instant,
         mut seen: u64,
         mut fresh: Option<Vec<u8>>,
@@ -340,13 +395,16 @@ impl SingleFlight {
         compute: F,
     ) -> Result<Vec<u8>, OnceError<E>>
     where
+        I: Entries,
         F: FnOnce() -> Fut,
         Fut: Future<Output = Result<Vec<u8>, E>>,
         E: std::error::Error + 'static,
     {
         loop {
             match self.request().try_acquire().await {
-                Ok(Some(guard)) => return self.compute_under(guard, compute, stale).await,
+                Ok(Some(guard)) => {
+                    return self.compute_under(io, flight, guard, compute, stale).await
+                }
                 Ok(None) => {}
                 Err(e) => return Err(self.lock_error(e)),
             }
@@ -375,7 +433,7 @@ impl SingleFlight {
                         return Err(self.deadline_error());
                     }
                     // The policy's rounds ended early: look again.
-                    match self.look().await? {
+                    match self.look(io).await? {
                         Look::Fresh(value) => {
                             outcome("fresh");
                             return Ok(value);
@@ -392,15 +450,17 @@ impl SingleFlight {
             };
             // Double-checked: the computer we waited for has stored its
             // value (or its error) before releasing.
-            let entry = match read_entry(&self.shared, &self.entry_key).await {
+            let entry = match io.read().await {
                 Ok(entry) => entry,
-                Err(short) => {
+                Err(failed) => {
                     guard.release().await;
-                    return Err(self.unavailable("read", short));
+                    return Err(self.io_error("read", failed));
                 }
             };
             if let Some(value) = entry.as_ref().and_then(Entry::fresh) {
                 let value = value.to_vec();
+                // The process's followers first, then the release.
+                flight.share(Ok(value.clone()));
                 guard.release().await;
                 outcome("waited");
                 return Ok(value);
@@ -408,6 +468,7 @@ impl SingleFlight {
             if let Some(message) = entry.as_ref().and_then(|e| e.failed_since(seen)) {
                 let message = message.to_owned();
                 let stale = entry.and_then(|e| e.value).filter(|_| self.serve_stale);
+                flight.share(Err(message.clone()));
                 guard.release().await;
                 if let Some(stale) = stale {
                     outcome("stale-after-error");
@@ -420,15 +481,19 @@ impl SingleFlight {
                 });
             }
             // The computer vanished (cancelled, killed): compute here.
-            return self.compute_under(guard, compute, stale).await;
+            return self.compute_under(io, flight, guard, compute, stale).await;
         }
     }
 
     /// The first read: fresh, or a miss with what can be served meanwhile.
-    async fn look<E: std::error::Error + 'static>(&self) -> Result<Look, OnceError<E>> {
-        let entry = read_entry(&self.shared, &self.entry_key)
+    async fn look<I: Entries, E: std::error::Error + 'static>(
+        &self,
+        io: &I,
+    ) -> Result<Look, OnceError<E>> {
+        let entry = io
+            .look()
             .await
-            .map_err(|short| self.unavailable("read", short))?;
+            .map_err(|failed| self.io_error("read", failed))?;
         let Some(entry) = entry else {
             return Ok(Look::Miss {
                 seen: 0,
@@ -457,13 +522,16 @@ impl SingleFlight {
     /// Runs `compute` under `guard` and writes its outcome fenced by the
     /// guard's token; releases in every case (the release's notice wakes
     /// the waiters). Dropped mid-way, `guard` drops and releases.
-    async fn compute_under<F, Fut, E>(
+    async fn compute_under<I, F, Fut, E>(
         &self,
+        io: &I,
+        flight: &Flight,
         guard: LockGuard,
         compute: F,
         stale: Option<Vec<u8>>,
     ) -> Result<Vec<u8>, OnceError<E>>
     where
+        I: Entries,
         F: FnOnce() -> Fut,
         Fut: Future<Output = Result<Vec<u8>, E>>,
         E: std::error::Error + 'static,
@@ -484,8 +552,12 @@ impl SingleFlight {
                     fresh,
                     delta,
                 };
-                let written =
-                    write_entry(&self.shared, &self.entry_key, token.get(), what, self.keep).await;
+                let written = io.write(token.get(), what, self.keep).await;
+                if written.is_ok() {
+                    // Stored at a majority: the process's followers get it
+                    // before the release's round trip.
+                    flight.share(Ok(value.clone()));
+                }
                 guard.release().await;
                 match written {
                     Ok(()) => {
@@ -502,11 +574,10 @@ impl SingleFlight {
                     fresh: self.error_ttl,
                 };
                 let keep = self.keep.max(self.error_ttl);
-                if let Err(failed) =
-                    write_entry(&self.shared, &self.entry_key, token.get(), what, keep).await
-                {
+                if let Err(failed) = io.write(token.get(), what, keep).await {
                     tracing::debug!(?failed, "error marker not written");
                 }
+                flight.share(Err(message.clone()));
                 guard.release().await;
                 if let Some(stale) = stale {
                     outcome("stale-after-error");
@@ -567,15 +638,36 @@ impl SingleFlight {
     fn write_error<E: std::error::Error + 'static>(
         &self,
         presented: FencingToken,
-        failed: WriteFailed,
+        failed: Failed,
     ) -> OnceError<E> {
         match failed {
-            WriteFailed::Stale(current) => OnceError::Stale {
+            Failed::Stale(current) => OnceError::Stale {
                 key: self.key.to_string(),
                 presented,
                 current: FencingToken::new(current),
             },
-            WriteFailed::Short(short) => self.unavailable("write", short),
+            other => self.io_error("write", other),
+        }
+    }
+
+    fn io_error<E: std::error::Error + 'static>(
+        &self,
+        phase: &'static str,
+        failed: Failed,
+    ) -> OnceError<E> {
+        match failed {
+            Failed::Short(short) => self.unavailable(phase, short),
+            Failed::Store(source) => OnceError::Store {
+                key: self.key.to_string(),
+                phase,
+                source,
+            },
+            // Only a write is refused for its token.
+            Failed::Stale(current) => OnceError::Stale {
+                key: self.key.to_string(),
+                presented: FencingToken::new(0),
+                current: FencingToken::new(current),
+            },
         }
     }
 }

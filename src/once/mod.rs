@@ -7,12 +7,16 @@
 //! acquire, woken by the computer's release notice. DESIGN.md,
 //! "Single-flight", has the protocol and its failure rows.
 
+mod batch;
+mod entries;
 mod entry;
 mod error;
 mod handle;
 mod local;
 mod scripts;
 mod store;
+mod user;
 
 pub use error::OnceError;
 pub use handle::SingleFlight;
+pub use user::{OnceRecord, OnceStore};

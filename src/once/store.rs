@@ -4,6 +4,7 @@
 //! bounded by the node timeout; nodes still silent at the decision are
 //! heard in the background.
 
+use std::sync::LazyLock;
 use std::time::{Duration, Instant};
 
 use redis::Value;
@@ -17,6 +18,7 @@ pub(crate) use crate::protocol::majority_write::{Short, WriteFailed};
 use crate::protocol::shared::Shared;
 use crate::wire::commands::unexpected;
 
+use super::batch::Batches;
 use super::entry::{newest, Entry};
 use super::scripts::{ONCE_READ, ONCE_WRITE};
 
@@ -53,6 +55,17 @@ pub(crate) async fn read_entry(shared: &Shared, key: &str) -> Result<Option<Entr
     }
     fan.finish_in_background();
     Ok(newest(entries.into_iter().filter_map(|(_, e)| e)))
+}
+
+/// The process's read batches of every entry.
+static READS: LazyLock<Batches<Result<Option<Entry>, Short>>> = LazyLock::new(Batches::new);
+
+/// [`read_entry`], shared with the callers of the same client that read
+/// `key` at the same time, never taking a read that began before this
+/// call (`batch.rs`): the same guarantee as a read of one's own.
+pub(crate) async fn read_entry_batched(shared: &Shared, key: &str) -> Result<Option<Entry>, Short> {
+    let name = format!("{}\0{}", shared.id_text, key);
+    READS.read(&name, || read_entry(shared, key)).await
 }
 
 /// What the computer writes.

@@ -17,7 +17,7 @@ use crate::wire::commands::unexpected;
 use crate::wire::scripts::Script;
 
 /// Too few nodes answered (a read) or accepted (a write).
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct Short {
     pub(crate) answered: usize,
     pub(crate) quorum: usize,

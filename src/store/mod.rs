@@ -52,6 +52,18 @@ pub struct StaleToken {
     pub current: FencingToken,
 }
 
+impl StaleToken {
+    /// A refusal of `presented` by `key`, which holds `current`: for
+    /// stores outside the crate (a [`OnceStore`](crate::OnceStore)).
+    pub fn new(key: impl Into<String>, presented: FencingToken, current: FencingToken) -> Self {
+        Self {
+            key: key.into(),
+            presented,
+            current,
+        }
+    }
+}
+
 /// Why a fenced write or read failed.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]

@@ -488,3 +488,412 @@ async fn the_other_errors_are_typed_fencing_off_invalid_key_and_no_majority() {
     }
     assert_eq!(count.load(Ordering::SeqCst), 0);
 }
+
+/// The user's store of the `OnceStore` tests: a map behind a std mutex,
+/// freshness on this process's monotonic clock, the fenced `≥` comparison
+/// as the trait requires; `failing` makes every call a backend error.
+#[derive(Default)]
+struct MemStore {
+    records: std::sync::Mutex<std::collections::HashMap<String, (Vec<u8>, u64, Instant, Duration)>>,
+    failing: std::sync::atomic::AtomicBool,
+    writes: AtomicUsize,
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("store down")]
+struct StoreDown;
+
+impl redfence::OnceStore for MemStore {
+    async fn read(
+        &self,
+        key: &str,
+    ) -> std::result::Result<Option<redfence::OnceRecord>, redfence::StoreError> {
+        if self.failing.load(Ordering::SeqCst) {
+            return Err(redfence::StoreError::Backend(Box::new(StoreDown)));
+        }
+        let records = self.records.lock().unwrap();
+        Ok(records.get(key).map(|(value, token, until, delta)| {
+            redfence::OnceRecord::new(
+                value.clone(),
+                redfence::FencingToken::new(*token),
+                until.saturating_duration_since(Instant::now()),
+                *delta,
+            )
+        }))
+    }
+
+    async fn write(
+        &self,
+        key: &str,
+        value: &[u8],
+        token: redfence::FencingToken,
+        fresh: Duration,
+        delta: Duration,
+    ) -> std::result::Result<(), redfence::StoreError> {
+        if self.failing.load(Ordering::SeqCst) {
+            return Err(redfence::StoreError::Backend(Box::new(StoreDown)));
+        }
+        let mut records = self.records.lock().unwrap();
+        if let Some((_, current, _, _)) = records.get(key) {
+            if *current > token.get() {
+                return Err(redfence::StoreError::Stale(redfence::StaleToken::new(
+                    key,
+                    token,
+                    redfence::FencingToken::new(*current),
+                )));
+            }
+        }
+        self.writes.fetch_add(1, Ordering::SeqCst);
+        let until = Instant::now() + fresh;
+        records.insert(key.to_owned(), (value.to_vec(), token.get(), until, delta));
+        Ok(())
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_users_store_gets_one_computation_per_expiry_and_refuses_a_computer_whose_lease_ran_out()
+{
+    let mut cluster = Cluster::start(3);
+    let clients = two_clients(&cluster).await;
+    let store = Arc::new(MemStore::default());
+    let once = |c: &Client| c.once("product:9").wait(secs(60));
+    let seeded: Result<Vec<u8>> = once(&clients[0])
+        .value_ttl(ms(50))
+        .get_or_compute_in(&*store, || async { Ok(b"v1".to_vec()) })
+        .await;
+    assert_eq!(seeded.unwrap(), b"v1");
+    tokio::time::sleep(ms(300)).await;
+
+    let count = Arc::new(AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for client in &clients {
+        for _ in 0..50 {
+            let (once, count, store) = (once(client), Arc::clone(&count), Arc::clone(&store));
+            tasks.push(tokio::spawn(async move {
+                let got: Result<Vec<u8>> = once
+                    .get_or_compute_in(&*store, || counted(count, ms(20), "v2"))
+                    .await;
+                got
+            }));
+        }
+    }
+    for task in tasks {
+        let got = tokio::time::timeout(secs(90), task).await.unwrap().unwrap();
+        assert_eq!(got.unwrap(), b"v2");
+    }
+    assert_eq!(count.load(Ordering::SeqCst), 1, "computations per expiry");
+    // Nothing on the nodes: the value lives in the user's store.
+    let entry_key = once(&clients[0]).entry_key().to_owned();
+    let on_nodes = cluster.node(0).cli(&["EXISTS", &entry_key]);
+    assert_eq!(on_nodes.trim(), "0");
+
+    // A computer paused past its lease is overtaken; the store's fence
+    // refuses its late write.
+    let (started_tx, started_rx) = tokio::sync::oneshot::channel();
+    let (finish_tx, finish_rx) = tokio::sync::oneshot::channel::<()>();
+    let slow = {
+        let (once, store) = (
+            clients[0].once("product:10").ttl(ms(300)),
+            Arc::clone(&store),
+        );
+        tokio::spawn(async move {
+            let got: Result<Vec<u8>> = once
+                .get_or_compute_in(&*store, || async move {
+                    let _ = started_tx.send(());
+                    let _ = finish_rx.await;
+                    Ok(b"old".to_vec())
+                })
+                .await;
+            got
+        })
+    };
+    started_rx.await.unwrap();
+    tokio::time::sleep(ms(800)).await;
+    let newer: Result<Vec<u8>> = clients[1]
+        .once("product:10")
+        .wait(secs(30))
+        .get_or_compute_in(&*store, || counted(Arc::clone(&count), ms(1), "new"))
+        .await;
+    assert_eq!(newer.unwrap(), b"new");
+    finish_tx.send(()).unwrap();
+    let err = slow.await.unwrap().unwrap_err();
+    assert!(err.is_stale(), "{err:?}");
+    let read: Result<Vec<u8>> = clients[0]
+        .once("product:10")
+        .get_or_compute_in(&*store, || counted(Arc::clone(&count), ms(1), "third"))
+        .await;
+    assert_eq!(read.unwrap(), b"new", "the newer value stands");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_users_store_is_a_typed_store_error() {
+    let cluster = Cluster::start(3);
+    let client = warm_client(&cluster).await;
+    let store = MemStore::default();
+    store.failing.store(true, Ordering::SeqCst);
+    let count = Arc::new(AtomicUsize::new(0));
+    let got: Result<Vec<u8>> = client
+        .once("k")
+        .get_or_compute_in(&store, || counted(Arc::clone(&count), ms(1), "v"))
+        .await;
+    match got {
+        Err(OnceError::Store { phase, source, .. }) => {
+            assert_eq!(phase, "read");
+            assert!(matches!(source, redfence::StoreError::Backend(_)));
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(count.load(Ordering::SeqCst), 0);
+    // Reads work, writes fail: the computed value is not stored.
+    let store = Arc::new(MemStore::default());
+    let failing = Arc::clone(&store);
+    let got: Result<Vec<u8>> = client
+        .once("k2")
+        .get_or_compute_in(&*store, || async move {
+            failing.failing.store(true, Ordering::SeqCst);
+            Ok(b"v".to_vec())
+        })
+        .await;
+    assert!(
+        matches!(got, Err(OnceError::Store { phase: "write", .. })),
+        "{got:?}"
+    );
+    assert_eq!(store.writes.load(Ordering::SeqCst), 0);
+}
+
+/// What each expiry of the cross-process test does: the computation's
+/// time, and whether it fails.
+const EXPIRIES: [(u64, bool); 3] = [(20, false), (300, true), (3000, false)];
+/// The waiters' deadline in the cross-process test (the third expiry's
+/// computation outlasts it).
+const PROC_WAIT_MS: u64 = 1000;
+const PROC_TASKS: usize = 250;
+
+/// One instance of the cross-process test (a re-execution of this test
+/// binary; does nothing otherwise): per `go` line on stdin, 250 tasks ask
+/// for the key (`O_MODE` `once`: `get_or_compute`; `naive`: GET, on a miss
+/// compute and SET on node 0), each printing `R computed outcome ms`.
+#[test]
+fn instance() {
+    if std::env::var("REDFENCE_ONCE_INSTANCE").is_err() {
+        return;
+    }
+    use std::io::BufRead;
+    let var = |k: &str| std::env::var(k).expect(k);
+    let urls: Vec<String> = var("O_URLS").split(',').map(str::to_owned).collect();
+    let naive = var("O_MODE") == "naive";
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let client = rt.block_on(async {
+        let client = builder(urls.clone()).build().unwrap();
+        let _: Result<Vec<u8>> = client
+            .once("warm")
+            .get_or_compute(|| async { Ok(vec![]) })
+            .await;
+        client
+    });
+    let cache = redis::Client::open(urls[0].as_str()).unwrap();
+    println!("READY");
+    for (line, &(took, fails)) in std::io::stdin().lock().lines().zip(EXPIRIES.iter()) {
+        if line.unwrap() != "go" {
+            return;
+        }
+        let count = Arc::new(AtomicUsize::new(0));
+        let lines = rt.block_on(async {
+            let conn = cache.get_multiplexed_async_connection().await.unwrap();
+            let tasks: Vec<_> = (0..PROC_TASKS)
+                .map(|_| {
+                    let once = client
+                        .once("procs")
+                        .value_ttl(ms(300))
+                        .error_ttl(ms(300))
+                        .wait(ms(PROC_WAIT_MS));
+                    let (count, mut conn) = (Arc::clone(&count), conn.clone());
+                    tokio::spawn(async move {
+                        let mine = Arc::new(AtomicUsize::new(0));
+                        let compute = {
+                            let mine = Arc::clone(&mine);
+                            move || async move {
+                                mine.fetch_add(1, Ordering::SeqCst);
+                                let got = counted(count, ms(took), "v").await;
+                                if fails {
+                                    Err(DbError("db down".into()))
+                                } else {
+                                    got
+                                }
+                            }
+                        };
+                        let asked = Instant::now();
+                        let outcome = if naive {
+                            let cached: Option<Vec<u8>> = redis::cmd("GET")
+                                .arg("naive:procs")
+                                .query_async(&mut conn)
+                                .await
+                                .unwrap();
+                            match cached {
+                                Some(_) => "value".to_owned(),
+                                None => {
+                                    let v = compute().await.unwrap_or_default();
+                                    let () = redis::cmd("SET")
+                                        .arg("naive:procs")
+                                        .arg(v)
+                                        .arg("PX")
+                                        .arg(300)
+                                        .query_async(&mut conn)
+                                        .await
+                                        .unwrap();
+                                    "value".to_owned()
+                                }
+                            }
+                        } else {
+                            match once.get_or_compute(compute).await {
+                                Ok(v) if v == b"v" => "value".to_owned(),
+                                Ok(v) => format!("other:{v:?}"),
+                                Err(OnceError::Compute { .. }) => "compute-error".to_owned(),
+                                Err(OnceError::Failed { .. }) => "failed".to_owned(),
+                                Err(OnceError::Deadline { .. }) => "deadline".to_owned(),
+                                Err(e) => format!("other:{e}"),
+                            }
+                        };
+                        let computed = mine.load(Ordering::SeqCst);
+                        format!("R {computed} {outcome} {}", asked.elapsed().as_millis())
+                    })
+                })
+                .collect();
+            let mut lines = Vec::new();
+            for task in tasks {
+                lines.push(task.await.unwrap());
+            }
+            lines
+        });
+        for line in lines {
+            println!("{line}");
+        }
+        println!("DONE");
+    }
+}
+
+/// The cross-process stampede: returns, per expiry, each request's
+/// (computed, outcome, ms) over both processes.
+fn two_processes(cluster: &Cluster, mode: &str) -> Vec<Vec<(usize, String, u64)>> {
+    use std::io::{BufRead, BufReader, Write};
+    use std::process::{Command, Stdio};
+    let exe = std::env::current_exe().expect("the test binary");
+    let mut children: Vec<_> = (0..2)
+        .map(|_| {
+            Command::new(&exe)
+                .args([
+                    "once::instance",
+                    "--exact",
+                    "--nocapture",
+                    "--test-threads",
+                    "1",
+                ])
+                .env("REDFENCE_ONCE_INSTANCE", "1")
+                .env("O_URLS", cluster.urls().join(","))
+                .env("O_MODE", mode)
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("spawning an instance")
+        })
+        .collect();
+    let mut outs: Vec<_> = children
+        .iter_mut()
+        .map(|c| BufReader::new(c.stdout.take().unwrap()).lines())
+        .collect();
+    let mut ins: Vec<_> = children
+        .iter_mut()
+        .map(|c| c.stdin.take().unwrap())
+        .collect();
+    for out in &mut outs {
+        // The test harness's own output comes first, on the same line.
+        for line in out.by_ref() {
+            if line.unwrap().ends_with("READY") {
+                break;
+            }
+        }
+    }
+    let mut expiries = Vec::new();
+    for _ in EXPIRIES {
+        // The previous expiry's value (300 ms) has expired.
+        std::thread::sleep(ms(700));
+        for input in &mut ins {
+            writeln!(input, "go").unwrap();
+            input.flush().unwrap();
+        }
+        let mut requests = Vec::new();
+        for out in &mut outs {
+            for line in out.by_ref() {
+                let line = line.unwrap();
+                if line == "DONE" {
+                    break;
+                }
+                let mut words = line.split(' ');
+                if words.next() != Some("R") {
+                    continue;
+                }
+                let computed: usize = words.next().unwrap().parse().unwrap();
+                let outcome = words.next().unwrap().to_owned();
+                let took: u64 = words.next().unwrap().parse().unwrap();
+                requests.push((computed, outcome, took));
+            }
+        }
+        expiries.push(requests);
+    }
+    drop(ins);
+    for mut child in children {
+        let status = child.wait().unwrap();
+        assert!(status.success(), "an instance failed: {status}");
+    }
+    expiries
+}
+
+/// Computations per expiry, from the requests' own records.
+fn computations(requests: &[(usize, String, u64)]) -> usize {
+    requests.iter().map(|(c, _, _)| c).sum()
+}
+
+#[test]
+fn two_processes_of_250_tasks_compute_once_per_expiry_and_no_waiter_passes_its_deadline() {
+    let cluster = Cluster::start(3);
+    let expiries = two_processes(&cluster, "once");
+    assert_eq!(expiries.len(), EXPIRIES.len());
+    for (i, (requests, &(took, fails))) in expiries.iter().zip(EXPIRIES.iter()).enumerate() {
+        assert_eq!(requests.len(), 2 * PROC_TASKS, "expiry {i}");
+        assert_eq!(computations(requests), 1, "expiry {i}: computations");
+        for (computed, outcome, elapsed) in requests {
+            let expected: &[&str] = match (*computed > 0, fails, took > PROC_WAIT_MS) {
+                (true, true, _) => &["compute-error"],
+                (true, false, _) => &["value"],
+                (false, true, _) => &["failed"],
+                (false, false, false) => &["value"],
+                (false, false, true) => &["deadline"],
+            };
+            assert!(
+                expected.contains(&outcome.as_str()),
+                "expiry {i}: {outcome}"
+            );
+            if *computed == 0 {
+                // Generous for a loaded machine: the deadline plus 2 s.
+                assert!(
+                    *elapsed <= PROC_WAIT_MS + 2000,
+                    "expiry {i}: waited {elapsed} ms"
+                );
+            }
+        }
+    }
+}
+
+/// The negative control: the same two processes with naive cache-aside
+/// code; the checker counts many computations per expiry.
+#[test]
+fn without_the_helper_two_processes_compute_many_times_per_expiry() {
+    let cluster = Cluster::start(3);
+    let expiries = two_processes(&cluster, "naive");
+    assert!(
+        computations(&expiries[0]) > 1,
+        "{} computations",
+        computations(&expiries[0])
+    );
+}
