@@ -259,10 +259,11 @@ pub(crate) fn sharded_scripts() -> [&'static Script; 2] {
 }
 
 /// Every script of the crate: the lock's and the fenced store's.
-fn all_scripts() -> [&'static Script; 11] {
+fn all_scripts() -> [&'static Script; 12] {
     [
         &ACQUIRE,
         &RELEASE,
+        &RELEASE_LEAN,
         &QUEUE,
         &JOIN,
         &MARK,
@@ -284,10 +285,11 @@ pub(crate) fn named_in(message: &str) -> Option<&'static Script> {
 }
 
 /// The scripts a lock's node runs, loaded by every connection's handshake.
-pub(crate) fn lock_scripts() -> [&'static Script; 9] {
+pub(crate) fn lock_scripts() -> [&'static Script; 10] {
     [
         &ACQUIRE,
         &RELEASE,
+        &RELEASE_LEAN,
         &MARK,
         &EXTEND,
         &WRITE_BACK,
@@ -367,6 +369,21 @@ pub(crate) fn lock_scripts() -> [&'static Script; 9] {
 /// the holder's keys' life in ms].
 pub(crate) static RELEASE: LazyLock<Script> =
     LazyLock::new(|| Script::new("release", include_str!("lua/release.lua")));
+
+/// The home node's release in the common case (issue 32): the holder
+/// came without a ticket, nothing is to be handed over, and this client
+/// keeps no waiter of the resource. Compare-and-delete, as the non-home
+/// nodes' release, unless the waiting marker is there: then it does
+/// nothing and returns -1, and the client sends the full [`RELEASE`] (one
+/// round trip more, only when somebody waits). Returns 1 when it deleted
+/// our key, 0 when the key is not ours (absent, expired, another value).
+/// Exactly `release.lua`'s answer for a holder without a ticket on a
+/// resource nobody marked: that script returns at its `if not waited`
+/// branch with the same codes after the same compare-and-delete.
+///
+/// KEYS: lock key, waiting marker. ARGV: value.
+pub(crate) static RELEASE_LEAN: LazyLock<Script> =
+    LazyLock::new(|| Script::new("release", include_str!("lua/release_lean.lua")));
 
 /// The fair queue's look at the home node, for a waiter whose timer fired
 /// (`protocol::queue`): skips a stale head
