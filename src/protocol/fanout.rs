@@ -26,12 +26,13 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use futures::future::BoxFuture;
-use futures::stream::{FuturesUnordered, StreamExt};
+use futures::stream::StreamExt;
 
 use crate::error::failure::{NodeErrorKind, NodeFailure};
 use crate::logic::quorum::{Decision, Tally};
 use crate::node::{Node, Settled};
 use crate::observe::metrics;
+use crate::protocol::polled::Polled;
 
 type NodeFuture<T> = BoxFuture<'static, (usize, Result<T, NodeErrorKind>)>;
 
@@ -59,7 +60,7 @@ pub(crate) const fn all_nodes(n: usize) -> NodeSet {
 pub(crate) struct FanOut<T> {
     nodes: Vec<Arc<Node>>,
     settled: Settled,
-    pending: FuturesUnordered<NodeFuture<T>>,
+    pending: Polled<NodeFuture<T>>,
     answers: Vec<Option<Result<T, NodeErrorKind>>>,
     tally: Tally,
     started: Instant,
@@ -105,7 +106,7 @@ impl<T: Send + Default + 'static> FanOut<T> {
         let mut tally = Tally::new(nodes.len());
         let mut answers: Vec<Option<Result<T, NodeErrorKind>>> =
             (0..nodes.len()).map(|_| None).collect();
-        let pending = FuturesUnordered::new();
+        let mut pending = Polled::with_capacity(targets.count_ones() as usize);
         for (i, node) in nodes.iter().enumerate() {
             if targets & (1 << i) == 0 {
                 let yes = credited & (1 << i) != 0;
@@ -245,7 +246,7 @@ impl<T: Send + Default + 'static> FanOut<T> {
         }
         // Past their deadline: what they queued stays queued (and runs in
         // order); nothing more is waited for.
-        self.pending = FuturesUnordered::new();
+        self.pending = Polled::with_capacity(0);
     }
 
     /// From now on, requests that have not yet queued their command give up.

@@ -11,7 +11,8 @@
 //!
 //! Files here import downward only: `fair` uses `attempt`, `queue` and
 //! `release`; `attempt` uses `settle`, `release` and `reseed`; all use
-//! `round` and `shared`, which use `fanout`.
+//! `round` and `shared`, which use `fanout` (its requests in flight:
+//! `polled`).
 
 pub(crate) mod attempt;
 pub(crate) mod extend;
@@ -19,6 +20,7 @@ pub(crate) mod fair;
 pub(crate) mod fanout;
 pub(crate) mod inspect;
 pub(crate) mod majority_write;
+mod polled;
 pub(crate) mod queue;
 pub(crate) mod release;
 pub(crate) mod reseed;
