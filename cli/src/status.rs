@@ -13,6 +13,9 @@ pub(crate) async fn run(common: &Common, args: Status) -> i32 {
         Ok(client) => client,
         Err(code) => return code,
     };
+    if let Some(permits) = args.permits {
+        return crate::semaphore_status::run(&client, permits, &args.resources, args.json).await;
+    }
     let mut inspections = Vec::new();
     for resource in &args.resources {
         match client.inspect(resource).await {
@@ -39,7 +42,7 @@ pub(crate) async fn run(common: &Common, args: Status) -> i32 {
     }
 }
 
-fn holder(h: &Holder) -> String {
+pub(crate) fn holder(h: &Holder) -> String {
     match h {
         Holder::Us => "this client".into(),
         Holder::Other { tag: Some(tag) } => tag.clone(),
