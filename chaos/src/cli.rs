@@ -21,7 +21,8 @@ usage: chaos [--nemesis all|NAME[,NAME...]] [--duration D] [--seed N]
   --procs        worker processes (default 2; at least 1)
   --proc-tasks   worker tasks per process (default 2)
   --resources    resources the workers pick from (default 3; 1 is the hot
-                 lock: every worker contends for one resource), 1 to 16
+                 lock: every worker contends for one resource), 1 to 16;
+                 the semaphore workloads' default is 1 (8 workers for K)
   --store        where the fenced writes go: redis (default, the crate's
                  FencedStore on the data node), or mysql, postgres, sqlite
                  (the sqlx stores on a MariaDB or PostgreSQL server started
@@ -81,6 +82,7 @@ pub fn parse(args: &[String]) -> Result<Options, String> {
         svg: None,
         list: false,
     };
+    let mut resources_given = false;
     let mut it = args.iter();
     while let Some(flag) = it.next() {
         // `--flag=value` and `--flag value` both work.
@@ -102,7 +104,10 @@ pub fn parse(args: &[String]) -> Result<Options, String> {
             "--tasks" => o.tasks = parse_num(flag, &value()?)?,
             "--procs" => o.procs = parse_num(flag, &value()?)?,
             "--proc-tasks" => o.proc_tasks = parse_num(flag, &value()?)?,
-            "--resources" => o.resources = parse_num(flag, &value()?)?,
+            "--resources" => {
+                o.resources = parse_num(flag, &value()?)?;
+                resources_given = true;
+            }
             "--store" => o.store = crate::sqlstore::StoreKind::parse(&value()?)?,
             "--workload" => o.workload = crate::worker::Workload::parse(&value()?)?,
             "--permits" => o.permits = parse_num(flag, &value()?)?,
@@ -119,6 +124,12 @@ pub fn parse(args: &[String]) -> Result<Options, String> {
     }
     if !(1..=16).contains(&o.resources) {
         return Err("--resources must be 1 to 16".into());
+    }
+    // One semaphore unless told: every worker contends for its K permits,
+    // so the bound is under pressure all the time and a permit that runs
+    // out is taken over at once (what the pause controls need).
+    if !resources_given && o.workload.limit(o.permits).is_some() {
+        o.resources = 1;
     }
     if !(1..=16).contains(&o.permits) {
         return Err("--permits must be 1 to 16".into());
