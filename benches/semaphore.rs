@@ -25,6 +25,13 @@
 //! `cargo bench --bench semaphore` (`REDFENCE_BENCH_SECS` sets the measured
 //! seconds per row, default 2).
 
+#[path = "common/mod.rs"]
+mod common;
+#[path = "../tests/support/process.rs"]
+mod process;
+#[path = "../tests/support/server.rs"]
+mod server;
+
 use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -215,12 +222,6 @@ impl Hot {
             .get(at)
             .map_or(f64::NAN, |w| w.as_secs_f64() * 1e3)
     }
-    /// Jain's index of the tasks' grant counts.
-    fn jain(&self) -> f64 {
-        let sum: f64 = self.shares.iter().map(|&n| n as f64).sum();
-        let squares: f64 = self.shares.iter().map(|&n| (n as f64).powi(2)).sum();
-        sum * sum / (self.shares.len() as f64 * squares).max(1e-9)
-    }
 }
 
 /// T tasks, a client each, contending for `kind` (named `name`) for a
@@ -369,7 +370,7 @@ fn contended_table(runtime: &tokio::runtime::Runtime, secs: f64) -> bool {
                 row.wait_ms(0.5),
                 row.wait_ms(0.99),
                 row.wait_ms(1.0),
-                row.jain(),
+                common::jain(&row.shares),
                 row.errors,
             );
             if row.most > row.permits() as usize {

@@ -10,7 +10,7 @@ use serde_json::{json, Value};
 use crate::cli::{EXIT_UNAVAILABLE, EXIT_USAGE};
 use crate::duration::{millis, show};
 use crate::fail;
-use crate::status::holder;
+use crate::status::{holder, print_rows};
 
 /// Inspects the semaphores `names` of `permits` permits each and prints
 /// them; the exit status as `status`'s: 69 when a slot was read from fewer
@@ -79,21 +79,10 @@ fn print_table(name: &str, slots: &[Inspection]) {
             ]
         })
         .collect();
-    let header = ["SLOT", "RESOURCE", "HOLDER", "NODES", "TTL", "FENCE"].map(str::to_owned);
-    let mut widths = header.clone().map(|h| h.len());
-    for row in &rows {
-        for (w, cell) in widths.iter_mut().zip(row) {
-            *w = (*w).max(cell.len());
-        }
-    }
-    for row in std::iter::once(&header).chain(&rows) {
-        let line: Vec<String> = row
-            .iter()
-            .zip(widths)
-            .map(|(cell, w)| format!("{cell:<w$}"))
-            .collect();
-        println!("  {}", line.join("  ").trim_end());
-    }
+    print_rows(
+        ["SLOT", "RESOURCE", "HOLDER", "NODES", "TTL", "FENCE"],
+        &rows,
+    );
 }
 
 fn to_json(name: &str, slots: &[Inspection]) -> Value {

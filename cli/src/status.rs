@@ -91,14 +91,20 @@ fn print_table(i: &Inspection) {
             ]
         })
         .collect();
-    let header = ["NODE", "ADDRESS", "HOLDER", "TTL", "FENCE"].map(str::to_owned);
+    print_rows(["NODE", "ADDRESS", "HOLDER", "TTL", "FENCE"], &rows);
+}
+
+/// Prints `header` and `rows` indented, each column as wide as its widest
+/// cell: the tables of every `status` view.
+pub(crate) fn print_rows<const N: usize>(header: [&str; N], rows: &[[String; N]]) {
+    let header = header.map(str::to_owned);
     let mut widths = header.clone().map(|h| h.len());
-    for row in &rows {
+    for row in rows {
         for (w, cell) in widths.iter_mut().zip(row) {
             *w = (*w).max(cell.len());
         }
     }
-    for row in std::iter::once(&header).chain(&rows) {
+    for row in std::iter::once(&header).chain(rows) {
         let line: Vec<String> = row
             .iter()
             .zip(widths)
