@@ -496,4 +496,49 @@ mod tests {
             "{row}"
         );
     }
+
+    /// Three permits of two slots' semaphore at once: each slot's own
+    /// windows are clean, so only the bound makes the row fail (safe
+    /// nemesis) or pass (the overcommit control, whatever the nemesis).
+    #[test]
+    fn holders_above_k_fail_a_safe_row_and_pass_the_overcommit_control() {
+        let slot = |lease: u64, slot: u32, at_ns: u64| Event::Grant {
+            worker: lease as u32,
+            resource: format!("s:permit:{slot}"),
+            lease,
+            start_ns: at_ns - 1,
+            at_ns,
+            valid_until_ns: at_ns + 100,
+            token: Some(1),
+        };
+        let three = [slot(1, 0, 10), slot(2, 1, 20), slot(3, 2, 30)];
+        let two = &three[..2];
+        let judged = |events: &[Event], nemesis, control| {
+            let mut o = outcome(nemesis, events);
+            o.bound = Some(crate::bound::check(
+                events,
+                crate::bound::Limit::Permits(2),
+                control,
+            ));
+            o
+        };
+        let row = judged(&three, Nemesis::Pause, false);
+        assert_eq!(row.report.overlaps.count, 0, "each slot alone is clean");
+        let (pass, why) = judge(&row);
+        assert!(!pass && why == "FAIL: overlapping holders", "{why}");
+        assert!(
+            table(&[row]).contains("| pause | 4s | 4 + 2×2 | 1 | 3 | 1 | 0 |"),
+            "the column counts the grant above K"
+        );
+        assert!(judge(&judged(two, Nemesis::Pause, false)).0);
+        let (pass, why) = judge(&judged(&three, Nemesis::Pause, true));
+        assert!(pass && why == "PASS (violation shown)", "{why}");
+        let control = judged(two, Nemesis::KillAof, true);
+        let (pass, why) = judge(&control);
+        assert!(
+            !pass && why == "FAIL: control showed no holders above K",
+            "{why}"
+        );
+        assert!(table(&[control]).contains("| above K (control) |"));
+    }
 }
