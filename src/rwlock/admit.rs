@@ -1,0 +1,125 @@
+//! One admission attempt of a reader or a writer: the rw script on all N
+//! nodes as one quorum round (the mutex's `round`: one deadline, decide at
+//! the first certain outcome, validity from the round's start), then the
+//! token settled by the mutex's `settle_token` (the largest fence among
+//! the granting nodes, written back to those that reported less when
+//! fewer than a majority reported it). A failed or cut-off attempt
+//! releases its entry wherever it may have landed (`ReleaseOnDrop`).
+//!
+//! For a writer the fence moved (`INCR`) on each granting node; for a
+//! reader it was only read: its token is the generation it saw, and the
+//! write-back is what makes every later writer's token larger (DESIGN.md,
+//! section 6b).
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use super::keys::RwKeys;
+use super::scripts::{parse_admit, READ, WRITE};
+use super::target::RwMode;
+use crate::error::failure::{Phase, QuorumFailure};
+use crate::logic::fence::clock_seed;
+use crate::logic::resource::lock_value;
+use crate::logic::validity::later;
+use crate::protocol::fanout::all_nodes;
+use crate::protocol::release::ReleaseOnDrop;
+use crate::protocol::reseed::reseed_if_wanted;
+use crate::protocol::round::round;
+use crate::protocol::settle::settle_token;
+use crate::protocol::shared::{Grant, Held, Shared, Target};
+
+/// The waiting writer's marker to set where refused: its id and life.
+#[derive(Debug, Clone)]
+pub(crate) struct Mark {
+    pub(crate) id: Arc<str>,
+    pub(crate) life_ms: u64,
+}
+
+/// One attempt of `mode` on `target` (from `rw_target`).
+pub(crate) async fn admit(
+    shared: &Arc<Shared>,
+    keys: &RwKeys,
+    target: &Target,
+    mode: RwMode,
+    mark: Option<&Mark>,
+) -> Result<Grant, QuorumFailure> {
+    let mut held = Held {
+        key: target.key.clone(),
+        value: lock_value(&shared.id_text),
+        notice: rand::random(),
+        granted: false,
+        sent: all_nodes(shared.nodes.len()),
+        ours: Arc::default(),
+        // A node may set the entry as late as the round's deadline.
+        expires_at: later(
+            later(Instant::now(), shared.config.node_timeout),
+            target.ttl.duration(),
+        ),
+        home: target.home.clone(),
+        ticket: None,
+    };
+    let mut cleanup = ReleaseOnDrop::new(shared, &held);
+    let vote = shared.vote(true);
+    let (ttl, seed) = (target.ttl.millis().to_string(), clock_seed().to_string());
+    let fence = target.fence.as_deref();
+    let (script, evalsha) = match mode {
+        RwMode::Read => {
+            let mut k: Vec<&str> = vec![&keys.writer, &keys.readers, &keys.waiting, &target.key];
+            k.extend(fence);
+            let args: [&[u8]; 3] = [held.value.as_bytes(), ttl.as_bytes(), seed.as_bytes()];
+            (&*READ, READ.evalsha(&k, &args))
+        }
+        RwMode::Write => {
+            let mut k: Vec<&str> = vec![&keys.writer, &keys.readers, &keys.waiting];
+            k.extend(fence);
+            let life = mark.map_or(String::new(), |m| m.life_ms.to_string());
+            let id = mark.map_or("", |m| &*m.id);
+            let args: [&[u8]; 5] = [
+                held.value.as_bytes(),
+                ttl.as_bytes(),
+                seed.as_bytes(),
+                id.as_bytes(),
+                life.as_bytes(),
+            ];
+            (&*WRITE, WRITE.evalsha(&k, &args))
+        }
+    };
+    let evalsha = Arc::new(evalsha);
+    let round = round(
+        shared,
+        Phase::Acquire,
+        target,
+        &held,
+        false,
+        |node, settled| {
+            let evalsha = Arc::clone(&evalsha);
+            async move {
+                parse_admit(
+                    node.run_script_prepared(script, &evalsha, &settled, false, vote)
+                        .await?,
+                )
+            }
+        },
+    )
+    .await;
+    held.sent = round.sent;
+    held.expires_at = later(
+        round.deadline.max(Instant::now()),
+        target.ttl.duration(),
+    );
+    cleanup.update(&held);
+    reseed_if_wanted(shared);
+    let start = round.outcome?;
+    let token = match &target.fence {
+        None => None,
+        Some(_) => Some(settle_token(shared, target, &held, start, &round.values).await?),
+    };
+    cleanup.disarm();
+    held.granted = true;
+    Ok(Grant {
+        valid_until: start + target.ttl.duration() - target.drift,
+        held,
+        token,
+        granted: round.granted,
+    })
+}

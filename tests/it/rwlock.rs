@@ -1,0 +1,539 @@
+//! Read-write locks against real servers: readers overlap, a writer never
+//! overlaps anyone (an interval checker, with its negative control), a
+//! waiting writer gets in under a continuous stream of readers, the
+//! downgrade and the refused upgrade, the tokens' order (including the
+//! generation a read writes back), `lost()`, release on drop, a dead
+//! holder freed by its TTL, a node down or paused, cut-off acquires, the
+//! typed errors. Counts and order are asserted, never tight timings.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use redfence::{AutoExtend, Error, Retry, RwGuard, RwLock, RwMode};
+use tokio::time::timeout;
+
+use crate::helpers::{client_with_timeout, eventually, fence_key, ms, new_client, secs, warm_up};
+use crate::support::Cluster;
+
+const TTL: Duration = Duration::from_secs(30);
+/// The writer keys and the reader entries (the readers' index may stay
+/// until the next admission prunes it).
+const WRITERS: &str = "redfence:rw:w:*";
+const ENTRIES: &str = "redfence:rw:e:*";
+
+/// One hold as its holder saw it: from its acquire's return to its
+/// release's call.
+#[derive(Debug, Clone, Copy)]
+struct Span {
+    mode: RwMode,
+    from: Instant,
+    to: Instant,
+}
+
+/// The history checker: a write overlapping any other hold, and the
+/// largest number of reads held at once.
+fn check(history: &[Span]) -> (Vec<(Span, Span)>, usize) {
+    let mut overlaps = Vec::new();
+    for (i, a) in history.iter().enumerate() {
+        for b in &history[i + 1..] {
+            let meet = a.from < b.to && b.from < a.to;
+            if meet && (a.mode == RwMode::Write || b.mode == RwMode::Write) {
+                overlaps.push((*a, *b));
+            }
+        }
+    }
+    let reads: Vec<&Span> = history.iter().filter(|s| s.mode == RwMode::Read).collect();
+    let most = reads
+        .iter()
+        .map(|r| reads.iter().filter(|o| o.from <= r.from && r.from < o.to).count())
+        .max()
+        .unwrap_or(0);
+    (overlaps, most)
+}
+
+#[test]
+fn the_history_checker_catches_a_writer_beside_a_reader() {
+    let t = Instant::now();
+    let span = |mode, a: u64, b: u64| Span {
+        mode,
+        from: t + ms(a),
+        to: t + ms(b),
+    };
+    let good = [
+        span(RwMode::Read, 0, 10),
+        span(RwMode::Read, 5, 20),
+        span(RwMode::Write, 20, 30),
+        span(RwMode::Read, 31, 40),
+    ];
+    assert_eq!(check(&good).0.len(), 0);
+    assert_eq!(check(&good).1, 2);
+    let bad = [span(RwMode::Read, 0, 10), span(RwMode::Write, 9, 12)];
+    assert_eq!(check(&bad).0.len(), 1);
+    let two_writers = [span(RwMode::Write, 0, 10), span(RwMode::Write, 3, 4)];
+    assert_eq!(check(&two_writers).0.len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readers_overlap_and_a_writer_overlaps_nobody() {
+    let cluster = Cluster::start(3);
+    let clients = [new_client(&cluster), new_client(&cluster)];
+    warm_up(&clients[0], &cluster).await;
+    warm_up(&clients[1], &cluster).await;
+    let history = Arc::new(Mutex::new(Vec::new()));
+    let mut tasks = Vec::new();
+    for t in 0..8 {
+        let lock = clients[t % 2].rw_lock("prices").unwrap();
+        let history = Arc::clone(&history);
+        // Two writers, six readers.
+        let mode = if t < 2 { RwMode::Write } else { RwMode::Read };
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..12 {
+                let guard = lock
+                    .request(mode, TTL)
+                    .retry(Retry::new().with_max_wait(secs(60)))
+                    .acquire()
+                    .await
+                    .unwrap();
+                assert_eq!(guard.mode(), mode);
+                let from = Instant::now();
+                tokio::time::sleep(ms(rand::random_range(5..40))).await;
+                let to = Instant::now();
+                guard.release().await;
+                history.lock().unwrap().push(Span { mode, from, to });
+            }
+        }));
+    }
+    for task in tasks {
+        timeout(secs(240), task).await.unwrap().unwrap();
+    }
+    let history = history.lock().unwrap();
+    assert_eq!(history.len(), 96);
+    let (overlaps, most) = check(&history);
+    assert!(overlaps.is_empty(), "{overlaps:?}");
+    assert!(most > 1, "readers never overlapped");
+    assert!(eventually(secs(5), || cluster.count_keys(WRITERS) == vec![0; 3]).await);
+    assert!(eventually(secs(5), || cluster.count_keys(ENTRIES) == vec![0; 3]).await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn try_forms_see_the_other_mode() {
+    let cluster = Cluster::start(3);
+    let a = new_client(&cluster);
+    let b = new_client(&cluster);
+    warm_up(&a, &cluster).await;
+    let (la, lb) = (a.rw_lock("table").unwrap(), b.rw_lock("table").unwrap());
+    let r1 = la.try_read(TTL).await.unwrap().expect("free");
+    let r2 = lb.try_read(TTL).await.unwrap().expect("readers share");
+    assert!(lb.try_write(TTL).await.unwrap().is_none(), "writer beside readers");
+    assert_eq!(cluster.count_keys(ENTRIES), vec![2; 3]);
+    r1.release().await;
+    assert!(lb.try_write(TTL).await.unwrap().is_none(), "one reader left");
+    r2.release().await;
+    let w = lb.try_write(TTL).await.unwrap().expect("free again");
+    assert!(la.try_read(TTL).await.unwrap().is_none(), "reader beside a writer");
+    assert!(la.try_write(TTL).await.unwrap().is_none(), "two writers");
+    w.release().await;
+    assert!(eventually(secs(5), || cluster.count_keys(WRITERS) == vec![0; 3]).await);
+    // A mutex of the same name is another lock.
+    let w = la.try_write(TTL).await.unwrap().expect("free");
+    let m = a.try_acquire("table", TTL).await.unwrap().expect("the mutex is another lock");
+    m.release().await;
+    w.release().await;
+}
+
+/// Readers hand over hand (each task takes its next read before releasing
+/// the last): at every instant a read is held, so a writer that does not
+/// stop new readers never gets in (the `try_write`s, which set no marker:
+/// the control), and a waiting writer, whose marker stops them, does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_writer_gets_in_under_a_continuous_stream_of_readers() {
+    let cluster = Cluster::start(3);
+    let readers = new_client(&cluster);
+    let writer = new_client(&cluster);
+    warm_up(&readers, &cluster).await;
+    warm_up(&writer, &cluster).await;
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let reads = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let history = Arc::new(Mutex::new(Vec::new()));
+    let mut tasks = Vec::new();
+    for _ in 0..3 {
+        let lock = readers.rw_lock("stream").unwrap();
+        let (stop, reads, history) = (stop.clone(), reads.clone(), history.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut held: Option<(RwGuard, Instant)> = None;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                // Each read lasts at most ~150 ms; the next is taken
+                // before the last is released (refused while the writer
+                // waits or holds).
+                match lock.try_read(TTL).await {
+                    Ok(Some(next)) => {
+                        let now = Instant::now();
+                        reads.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        if let Some((last, from)) = held.replace((next, now)) {
+                            let to = Instant::now();
+                            last.release().await;
+                            let span = Span { mode: RwMode::Read, from, to };
+                            history.lock().unwrap().push(span);
+                        }
+                    }
+                    _ => {
+                        if let Some((last, from)) =
+                            held.take_if(|(_, from)| from.elapsed() > ms(150))
+                        {
+                            let to = Instant::now();
+                            last.release().await;
+                            let span = Span { mode: RwMode::Read, from, to };
+                            history.lock().unwrap().push(span);
+                        }
+                    }
+                }
+                tokio::time::sleep(ms(20)).await;
+            }
+            if let Some((last, from)) = held {
+                let to = Instant::now();
+                last.release().await;
+                history.lock().unwrap().push(Span { mode: RwMode::Read, from, to });
+            }
+        }));
+    }
+    let lock = writer.rw_lock("stream").unwrap();
+    assert!(
+        eventually(secs(10), || reads.load(std::sync::atomic::Ordering::Relaxed) > 10).await
+    );
+    // The control: no marker, no way in.
+    for _ in 0..10 {
+        assert!(lock.try_write(TTL).await.unwrap().is_none(), "a gap in the stream");
+        tokio::time::sleep(ms(30)).await;
+    }
+    let before = reads.load(std::sync::atomic::Ordering::Relaxed);
+    let guard = lock
+        .write(TTL)
+        .retry(Retry::new().with_max_wait(secs(30)))
+        .acquire()
+        .await
+        .expect("the waiting writer got in");
+    let from = Instant::now();
+    tokio::time::sleep(ms(200)).await;
+    let to = Instant::now();
+    guard.release().await;
+    history.lock().unwrap().push(Span { mode: RwMode::Write, from, to });
+    // The stream goes on after the writer.
+    assert!(
+        eventually(secs(10), || reads.load(std::sync::atomic::Ordering::Relaxed) > before + 3)
+            .await,
+        "readers after the writer"
+    );
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for task in tasks {
+        timeout(secs(30), task).await.unwrap().unwrap();
+    }
+    let (overlaps, most) = check(&history.lock().unwrap());
+    assert!(overlaps.is_empty(), "{overlaps:?}");
+    assert!(most > 1);
+    // The marker is gone with the writer: a reader is admitted at once.
+    let r = lock.try_read(TTL).await.unwrap().expect("no marker left");
+    r.release().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn downgrade_has_no_gap_and_upgrade_is_refused_at_once() {
+    let cluster = Cluster::start(3);
+    let a = new_client(&cluster);
+    let b = new_client(&cluster);
+    warm_up(&a, &cluster).await;
+    let (la, lb) = (a.rw_lock("doc").unwrap(), b.rw_lock("doc").unwrap());
+    let w = la
+        .write(TTL)
+        .auto_extend(AutoExtend::new())
+        .acquire()
+        .await
+        .unwrap();
+    let token = w.token().unwrap();
+    assert!(lb.try_read(TTL).await.unwrap().is_none());
+    let r = w.downgrade().await.unwrap();
+    assert_eq!(r.mode(), RwMode::Read);
+    assert_eq!(r.token(), Some(token), "the generation it wrote");
+    assert!(r.is_auto_extended());
+    assert!(r.validity() > secs(20));
+    // Writers stay out, readers come in.
+    assert!(lb.try_write(TTL).await.unwrap().is_none(), "a writer after the downgrade");
+    let other = lb.try_read(TTL).await.unwrap().expect("readers beside it");
+    assert_eq!(other.token(), Some(token), "the same generation");
+    assert_eq!(cluster.count_keys(WRITERS), vec![0; 3]);
+    // A reader's upgrade: refused at once, the read still held.
+    let started = Instant::now();
+    let refused = r.upgrade().unwrap_err();
+    assert!(started.elapsed() < secs(1));
+    let message = refused.to_string();
+    assert!(message.contains("cannot be upgraded"), "{message}");
+    let r = refused.into_guard();
+    assert_eq!(r.mode(), RwMode::Read);
+    assert!(r.lease().is_valid());
+    assert!(lb.try_write(TTL).await.unwrap().is_none());
+    // A writer's upgrade and a reader's downgrade change nothing.
+    let r = r.downgrade().await.unwrap();
+    assert_eq!(r.mode(), RwMode::Read);
+    r.release().await;
+    other.release().await;
+    let w2 = lb.try_write(TTL).await.unwrap().expect("free");
+    assert!(w2.token().unwrap() > token);
+    let w2 = w2.upgrade().unwrap();
+    assert_eq!(w2.mode(), RwMode::Write);
+    w2.release().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn write_tokens_exceed_every_earlier_token_and_reads_see_the_last_write() {
+    let cluster = Cluster::start(3);
+    let clients = [new_client(&cluster), new_client(&cluster)];
+    warm_up(&clients[0], &cluster).await;
+    let (mut last_write, mut highest) = (0u64, 0u64);
+    let (mut writes, mut reads) = (0, 0);
+    for i in 0..40 {
+        let lock = clients[i % 2].rw_lock("ledger").unwrap();
+        let write = rand::random_range(0..3) == 0;
+        let guard = if write {
+            lock.acquire_write(TTL).await.unwrap()
+        } else {
+            lock.acquire_read(TTL).await.unwrap()
+        };
+        let token = guard.token().unwrap().get();
+        if write {
+            assert!(token > highest, "write {token} after {highest}");
+            last_write = token;
+            writes += 1;
+        } else {
+            assert!(token >= last_write, "read {token} before write {last_write}");
+            reads += 1;
+        }
+        highest = highest.max(token);
+        guard.release().await;
+    }
+    assert!(writes > 0 && reads > 0);
+}
+
+/// The pitfall of DESIGN.md, section 6b, on real servers: a fence moved on
+/// one node only (what a writer granted there alone leaves, here set by
+/// hand), a read over all three sees it, then that node goes down and a
+/// writer is granted by the other two. Its token is above the read's only
+/// because the read wrote its generation back to them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_writes_its_generation_back_so_a_later_write_is_above_it() {
+    let mut cluster = Cluster::start(3);
+    let client = client_with_timeout(cluster.urls(), ms(300));
+    warm_up(&client, &cluster).await;
+    let lock = client.rw_lock("pitfall").unwrap();
+    let w = lock.acquire_write(TTL).await.unwrap();
+    let base = w.token().unwrap().get();
+    w.release().await;
+    let fence = fence_key("pitfall");
+    cluster.node(0).cli(&["INCRBY", &fence, "5"]);
+    let r = lock.acquire_read(TTL).await.unwrap();
+    let seen = r.token().unwrap().get();
+    assert_eq!(seen, base + 5, "the read saw node 0's fence");
+    // Written back to a majority of the nodes (the granting ones that
+    // had less): node 0 and at least one of the others.
+    let behind: Vec<u64> = (1..3)
+        .map(|i| cluster.node(i).cli(&["GET", &fence]).trim().parse().unwrap())
+        .filter(|&stored: &u64| stored < seen)
+        .collect();
+    assert!(behind.len() < 2, "not written back: {behind:?} < {seen}");
+    r.release().await;
+    cluster.node(0).kill();
+    let w = lock.acquire_write(TTL).await.unwrap();
+    assert!(w.token().unwrap().get() > seen);
+    w.release().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_auto_extended_hold_outlives_its_ttl_and_reports_its_loss() {
+    for mode in [RwMode::Read, RwMode::Write] {
+        let mut cluster = Cluster::start(3);
+        let client = client_with_timeout(cluster.urls(), ms(200));
+        warm_up(&client, &cluster).await;
+        let lock = client.rw_lock("extended").unwrap();
+        let guard = lock
+            .request(mode, ms(1500))
+            .auto_extend(AutoExtend::new())
+            .acquire()
+            .await
+            .unwrap();
+        let first = guard.valid_until();
+        let lease = guard.lease();
+        assert!(
+            eventually(secs(5), || lease.valid_until() > first).await,
+            "{mode:?}: no extension"
+        );
+        tokio::time::sleep(secs(2)).await;
+        assert!(lease.is_valid(), "{mode:?}");
+        cluster.node(0).pause();
+        cluster.node(1).pause();
+        let lost = timeout(secs(10), guard.lost()).await.unwrap();
+        assert_eq!(lost.resource, "extended");
+        cluster.node(0).resume();
+        cluster.node(1).resume();
+        drop(guard);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_forms_run_under_the_lock_and_drop_releases() {
+    let cluster = Cluster::start(3);
+    let client = new_client(&cluster);
+    warm_up(&client, &cluster).await;
+    let lock = client.rw_lock("scoped").unwrap();
+    let inner = lock.clone();
+    let refused = lock
+        .with_write(TTL, |lease| async move {
+            assert_eq!(lease.resource(), "scoped");
+            inner.try_read(TTL).await.unwrap().is_none()
+        })
+        .await
+        .unwrap();
+    assert!(refused);
+    let inner = lock.clone();
+    let shared = lock
+        .with_read(TTL, |_| async move {
+            let other = inner.try_read(TTL).await.unwrap();
+            other.is_some()
+        })
+        .await
+        .unwrap();
+    assert!(shared);
+    assert!(eventually(secs(5), || cluster.count_keys(ENTRIES) == vec![0; 3]).await);
+    // Dropped, not released: freed in the background.
+    let w = lock.acquire_write(TTL).await.unwrap();
+    assert_eq!(cluster.count_keys(WRITERS), vec![1; 3]);
+    drop(w);
+    assert!(eventually(secs(5), || cluster.count_keys(WRITERS) == vec![0; 3]).await);
+    let r = lock.acquire_read(TTL).await.unwrap();
+    drop(r);
+    assert!(eventually(secs(5), || cluster.count_keys(ENTRIES) == vec![0; 3]).await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_holders_lock_is_free_within_its_ttl() {
+    let cluster = Cluster::start(3);
+    let dead = new_client(&cluster);
+    let live = new_client(&cluster);
+    warm_up(&dead, &cluster).await;
+    for mode in [RwMode::Write, RwMode::Read] {
+        let guard = dead.rw_lock("dead").unwrap().request(mode, secs(1)).acquire().await.unwrap();
+        // The holder dies: no release, no extension.
+        std::mem::forget(guard);
+        let want = match mode {
+            RwMode::Write => RwMode::Read,
+            _ => RwMode::Write,
+        };
+        let started = Instant::now();
+        let other = live
+            .rw_lock("dead")
+            .unwrap()
+            .request(want, TTL)
+            .retry(Retry::new().with_max_wait(secs(20)))
+            .acquire()
+            .await
+            .unwrap();
+        assert!(started.elapsed() < secs(15));
+        other.release().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_node_down_still_grants_and_two_away_refuse_in_bounded_time() {
+    let mut cluster = Cluster::start(3);
+    let client = client_with_timeout(cluster.urls(), ms(300));
+    warm_up(&client, &cluster).await;
+    cluster.node(2).kill();
+    let lock = client.rw_lock("degraded").unwrap();
+    let r1 = lock.acquire_read(TTL).await.unwrap();
+    let r2 = lock.acquire_read(TTL).await.unwrap();
+    let w = lock.try_write(TTL).await;
+    assert!(matches!(w, Ok(None) | Err(Error::NotAcquired(_))), "{w:?}");
+    r1.release().await;
+    r2.release().await;
+    let w = lock.acquire_write(TTL).await.unwrap();
+    w.release().await;
+    // A paused node as well: no majority, a bounded refusal.
+    cluster.node(1).pause();
+    let started = Instant::now();
+    let err = lock
+        .write(TTL)
+        .retry(Retry::new().with_max_wait(secs(2)))
+        .acquire()
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::NotAcquired(_)), "{err}");
+    assert!(started.elapsed() < secs(20));
+    let err = lock.try_read(TTL).await.unwrap_err();
+    assert!(matches!(err, Error::NotAcquired(_)), "{err}");
+    cluster.node(1).resume();
+    let r = lock
+        .read(TTL)
+        .retry(Retry::new().with_max_wait(secs(20)))
+        .acquire()
+        .await
+        .unwrap();
+    r.release().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cut_off_acquires_leave_nothing_held() {
+    let cluster = Cluster::start(3);
+    let client = client_with_timeout(cluster.urls(), ms(300));
+    warm_up(&client, &cluster).await;
+    let lock = client.rw_lock("cut").unwrap();
+    let mut acquired = 0;
+    for i in 0..120 {
+        let mode = if i % 2 == 0 { RwMode::Read } else { RwMode::Write };
+        let budget = Duration::from_micros(rand::random_range(0..3_000));
+        if let Ok(got) = timeout(budget, lock.request(mode, TTL).acquire()).await {
+            let guard = got.unwrap();
+            acquired += 1;
+            guard.release().await;
+        }
+    }
+    assert!(
+        eventually(secs(10), || cluster.count_keys(WRITERS) == vec![0; 3]
+            && cluster.count_keys(ENTRIES) == vec![0; 3])
+        .await,
+        "left behind: {:?} {:?}",
+        cluster.count_keys(WRITERS),
+        cluster.count_keys(ENTRIES)
+    );
+    // Usable afterwards, in both modes.
+    lock.try_write(TTL).await.unwrap().expect("free").release().await;
+    lock.try_read(TTL).await.unwrap().expect("free").release().await;
+    let _ = acquired;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_gets_typed_errors() {
+    let cluster = Cluster::start(1);
+    let client = new_client(&cluster);
+    assert!(matches!(client.rw_lock(""), Err(Error::InvalidResource(_))));
+    let long = "x".repeat(redfence::limits::MAX_RESOURCE_LEN + 1);
+    assert!(matches!(client.rw_lock(&long), Err(Error::InvalidResource(_))));
+    let lock: RwLock = client.rw_lock("ok").unwrap();
+    for mode in [RwMode::Read, RwMode::Write] {
+        let err = lock.request(mode, Duration::ZERO).acquire().await.unwrap_err();
+        assert!(matches!(err, Error::InvalidTtl { .. }), "{err}");
+        let err = lock.request(mode, Duration::ZERO).try_acquire().await.unwrap_err();
+        assert!(matches!(err, Error::InvalidTtl { .. }), "{err}");
+        let err = lock
+            .request(mode, redfence::limits::MAX_TTL + ms(1))
+            .acquire()
+            .await
+            .unwrap_err();
+        assert!(matches!(err, Error::InvalidTtl { .. }), "{err}");
+        let err = lock
+            .request(mode, TTL)
+            .auto_extend(AutoExtend::new().with_interval(Duration::ZERO))
+            .acquire()
+            .await
+            .unwrap_err();
+        assert!(matches!(err, Error::InvalidAutoExtend { .. }), "{err}");
+    }
+    // Nothing was left behind by the refusals.
+    assert_eq!(cluster.count_keys("redfence:rw:*"), vec![0]);
+}
