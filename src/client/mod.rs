@@ -27,8 +27,8 @@ use crate::once::SingleFlight;
 use crate::protocol::inspect::ForceReleased;
 use crate::protocol::release::release_orphan;
 use crate::protocol::shared::Shared;
-use crate::semaphore::Semaphore;
 use crate::rwlock::RwLock;
+use crate::semaphore::Semaphore;
 
 /// A handle to a set of independent Redis masters. Cheap to clone (one
 /// `Arc`); clones share the node connections. Build it once at startup with

@@ -103,10 +103,7 @@ pub(crate) async fn admit(
     )
     .await;
     held.sent = round.sent;
-    held.expires_at = later(
-        round.deadline.max(Instant::now()),
-        target.ttl.duration(),
-    );
+    held.expires_at = later(round.deadline.max(Instant::now()), target.ttl.duration());
     cleanup.update(&held);
     reseed_if_wanted(shared);
     let start = round.outcome?;

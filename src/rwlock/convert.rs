@@ -51,15 +51,22 @@ pub(crate) async fn downgrade(
     let args: [&[u8]; 2] = [held.value.as_bytes(), ttl.as_bytes()];
     let evalsha = Arc::new(DOWNGRADE.evalsha(&[&keys.writer, &keys.readers, &target.key], &args));
     let vote = shared.vote(false);
-    let round = round(shared, Phase::Extend, target, &held, false, |node, settled| {
-        let evalsha = Arc::clone(&evalsha);
-        async move {
-            parse_flag(
-                node.run_script_prepared(&DOWNGRADE, &evalsha, &settled, false, vote)
-                    .await?,
-            )
-        }
-    })
+    let round = round(
+        shared,
+        Phase::Extend,
+        target,
+        &held,
+        false,
+        |node, settled| {
+            let evalsha = Arc::clone(&evalsha);
+            async move {
+                parse_flag(
+                    node.run_script_prepared(&DOWNGRADE, &evalsha, &settled, false, vote)
+                        .await?,
+                )
+            }
+        },
+    )
     .await;
     held.sent = round.sent;
     held.expires_at = later(round.deadline.max(Instant::now()), target.ttl.duration());

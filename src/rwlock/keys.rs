@@ -69,7 +69,14 @@ mod tests {
     fn keys_never_collide_with_a_mutex_or_another_rw_lock() {
         for layout in [Layout::Plain, Layout::Tagged] {
             let mut seen = HashSet::new();
-            let names = ["a", "a:w", "w:a", "rw:w:a", "e:0000000000000000:a", "lock:a"];
+            let names = [
+                "a",
+                "a:w",
+                "w:a",
+                "rw:w:a",
+                "e:0000000000000000:a",
+                "lock:a",
+            ];
             for name in names {
                 let keys = RwKeys::new("p:", name, layout);
                 let mine = [
@@ -108,6 +115,11 @@ mod tests {
         for k in [&keys.writer, &keys.readers, &keys.waiting, &keys.entry(7)] {
             assert!(k.contains(&tag), "{k}");
         }
-        assert_eq!(&*keys.entry(255), "p:rw:e:00000000000000ff:prices".replace("prices", &format!("{tag}prices")).as_str());
+        assert_eq!(
+            &*keys.entry(255),
+            "p:rw:e:00000000000000ff:prices"
+                .replace("prices", &format!("{tag}prices"))
+                .as_str()
+        );
     }
 }

@@ -21,11 +21,7 @@ use crate::settings::retry::Retry;
 /// lapse between two refreshes.
 pub(crate) fn marker_life(ttl: Duration, retry: &Retry, node_timeout: Duration) -> Duration {
     let longest_pause = retry.pause(u32::MAX, |window| window);
-    ttl.max(
-        longest_pause
-            .saturating_mul(2)
-            .saturating_add(node_timeout),
-    )
+    ttl.max(longest_pause.saturating_mul(2).saturating_add(node_timeout))
 }
 
 /// A waiting writer's marker, removed (compare-and-delete of its id, the
@@ -40,7 +36,12 @@ pub(crate) struct Marker {
 }
 
 impl Marker {
-    pub(crate) fn new(shared: &Arc<Shared>, key: Arc<str>, target: &Target, life: Duration) -> Self {
+    pub(crate) fn new(
+        shared: &Arc<Shared>,
+        key: Arc<str>,
+        target: &Target,
+        life: Duration,
+    ) -> Self {
         Self {
             shared: Arc::clone(shared),
             key,
@@ -90,7 +91,11 @@ mod tests {
             .with_delay(Duration::from_millis(200))
             .with_jitter(Duration::from_millis(50))
             .with_max_jitter(Duration::from_millis(400));
-        let life = marker_life(Duration::from_millis(100), &retry, Duration::from_millis(50));
+        let life = marker_life(
+            Duration::from_millis(100),
+            &retry,
+            Duration::from_millis(50),
+        );
         // 2 × (200 + 400) + 50.
         assert_eq!(life, Duration::from_millis(1250));
         let life = marker_life(Duration::from_secs(30), &retry, Duration::from_millis(50));

@@ -15,7 +15,7 @@
 //! - `marker`: the waiting writer's marker;
 //! - `convert`: the downgrade;
 //! - `request`: [`RwRequest`]: waiting, `try_`, scoped;
-//! - `guard`: [`RwGuard`]; `error`: [`UpgradeError`];
+//! - `guard`: [`RwGuard`], and [`UpgradeError`], which hands it back;
 //! - `model` (tests): the model checker of exclusion and token order,
 //!   with its negative controls.
 
@@ -31,7 +31,6 @@ use crate::protocol::shared::Shared;
 
 mod admit;
 mod convert;
-mod error;
 mod guard;
 mod keys;
 mod marker;
@@ -41,8 +40,7 @@ mod request;
 mod scripts;
 mod target;
 
-pub use error::UpgradeError;
-pub use guard::RwGuard;
+pub use guard::{RwGuard, UpgradeError};
 pub use request::RwRequest;
 pub use target::RwMode;
 

@@ -365,7 +365,9 @@ impl Model {
                 }
                 Phase::Settling => {
                     let stored = (0..self.nodes)
-                        .filter(|&n| client.msgs[n] == Msg::Granted && client.fences[n] == client.token)
+                        .filter(|&n| {
+                            client.msgs[n] == Msg::Granted && client.fences[n] == client.token
+                        })
                         .count();
                     let acked = Self::count(&client.wb, Msg::Granted);
                     let open = Self::count(&client.wb, Msg::Pending);
@@ -410,7 +412,12 @@ impl Model {
     fn check(&self, rounds: u8) -> Result<usize, Violation> {
         let started = std::time::Instant::now();
         let result = self.explore(rounds);
-        eprintln!("{:?} {:?}: {result:?} in {:?}", self.design, self.roles, started.elapsed());
+        eprintln!(
+            "{:?} {:?}: {result:?} in {:?}",
+            self.design,
+            self.roles,
+            started.elapsed()
+        );
         result
     }
 

@@ -82,7 +82,13 @@ impl RwRequest {
     /// A fresh attempt's target and the watchdog's schedule: all that can
     /// be refused before a round trip.
     fn checked(&self) -> Result<(crate::protocol::shared::Target, Option<Schedule>), Error> {
-        let target = rw_target(&self.shared, &self.keys, self.mode, rand::random(), self.ttl)?;
+        let target = rw_target(
+            &self.shared,
+            &self.keys,
+            self.mode,
+            rand::random(),
+            self.ttl,
+        )?;
         let node_timeout = self.shared.config.node_timeout;
         let schedule = self
             .auto_extend

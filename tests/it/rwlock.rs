@@ -45,7 +45,12 @@ fn check(history: &[Span]) -> (Vec<(Span, Span)>, usize) {
     let reads: Vec<&Span> = history.iter().filter(|s| s.mode == RwMode::Read).collect();
     let most = reads
         .iter()
-        .map(|r| reads.iter().filter(|o| o.from <= r.from && r.from < o.to).count())
+        .map(|r| {
+            reads
+                .iter()
+                .filter(|o| o.from <= r.from && r.from < o.to)
+                .count()
+        })
         .max()
         .unwrap_or(0);
     (overlaps, most)
@@ -106,7 +111,7 @@ async fn readers_overlap_and_a_writer_overlaps_nobody() {
     for task in tasks {
         timeout(secs(240), task).await.unwrap().unwrap();
     }
-    let history = history.lock().unwrap();
+    let history = history.lock().unwrap().clone();
     assert_eq!(history.len(), 96);
     let (overlaps, most) = check(&history);
     assert!(overlaps.is_empty(), "{overlaps:?}");
@@ -124,19 +129,32 @@ async fn try_forms_see_the_other_mode() {
     let (la, lb) = (a.rw_lock("table").unwrap(), b.rw_lock("table").unwrap());
     let r1 = la.try_read(TTL).await.unwrap().expect("free");
     let r2 = lb.try_read(TTL).await.unwrap().expect("readers share");
-    assert!(lb.try_write(TTL).await.unwrap().is_none(), "writer beside readers");
+    assert!(
+        lb.try_write(TTL).await.unwrap().is_none(),
+        "writer beside readers"
+    );
     assert_eq!(cluster.count_keys(ENTRIES), vec![2; 3]);
     r1.release().await;
-    assert!(lb.try_write(TTL).await.unwrap().is_none(), "one reader left");
+    assert!(
+        lb.try_write(TTL).await.unwrap().is_none(),
+        "one reader left"
+    );
     r2.release().await;
     let w = lb.try_write(TTL).await.unwrap().expect("free again");
-    assert!(la.try_read(TTL).await.unwrap().is_none(), "reader beside a writer");
+    assert!(
+        la.try_read(TTL).await.unwrap().is_none(),
+        "reader beside a writer"
+    );
     assert!(la.try_write(TTL).await.unwrap().is_none(), "two writers");
     w.release().await;
     assert!(eventually(secs(5), || cluster.count_keys(WRITERS) == vec![0; 3]).await);
     // A mutex of the same name is another lock.
     let w = la.try_write(TTL).await.unwrap().expect("free");
-    let m = a.try_acquire("table", TTL).await.unwrap().expect("the mutex is another lock");
+    let m = a
+        .try_acquire("table", TTL)
+        .await
+        .unwrap()
+        .expect("the mutex is another lock");
     m.release().await;
     w.release().await;
 }
@@ -172,7 +190,11 @@ async fn a_waiting_writer_gets_in_under_a_continuous_stream_of_readers() {
                         if let Some((last, from)) = held.replace((next, now)) {
                             let to = Instant::now();
                             last.release().await;
-                            let span = Span { mode: RwMode::Read, from, to };
+                            let span = Span {
+                                mode: RwMode::Read,
+                                from,
+                                to,
+                            };
                             history.lock().unwrap().push(span);
                         }
                     }
@@ -182,7 +204,11 @@ async fn a_waiting_writer_gets_in_under_a_continuous_stream_of_readers() {
                         {
                             let to = Instant::now();
                             last.release().await;
-                            let span = Span { mode: RwMode::Read, from, to };
+                            let span = Span {
+                                mode: RwMode::Read,
+                                from,
+                                to,
+                            };
                             history.lock().unwrap().push(span);
                         }
                     }
@@ -192,17 +218,27 @@ async fn a_waiting_writer_gets_in_under_a_continuous_stream_of_readers() {
             if let Some((last, from)) = held {
                 let to = Instant::now();
                 last.release().await;
-                history.lock().unwrap().push(Span { mode: RwMode::Read, from, to });
+                history.lock().unwrap().push(Span {
+                    mode: RwMode::Read,
+                    from,
+                    to,
+                });
             }
         }));
     }
     let lock = writer.rw_lock("stream").unwrap();
     assert!(
-        eventually(secs(10), || reads.load(std::sync::atomic::Ordering::Relaxed) > 10).await
+        eventually(secs(10), || reads
+            .load(std::sync::atomic::Ordering::Relaxed)
+            > 10)
+        .await
     );
     // The control: no marker, no way in.
     for _ in 0..10 {
-        assert!(lock.try_write(TTL).await.unwrap().is_none(), "a gap in the stream");
+        assert!(
+            lock.try_write(TTL).await.unwrap().is_none(),
+            "a gap in the stream"
+        );
         tokio::time::sleep(ms(30)).await;
     }
     let before = reads.load(std::sync::atomic::Ordering::Relaxed);
@@ -216,11 +252,17 @@ async fn a_waiting_writer_gets_in_under_a_continuous_stream_of_readers() {
     tokio::time::sleep(ms(200)).await;
     let to = Instant::now();
     guard.release().await;
-    history.lock().unwrap().push(Span { mode: RwMode::Write, from, to });
+    history.lock().unwrap().push(Span {
+        mode: RwMode::Write,
+        from,
+        to,
+    });
     // The stream goes on after the writer.
     assert!(
-        eventually(secs(10), || reads.load(std::sync::atomic::Ordering::Relaxed) > before + 3)
-            .await,
+        eventually(secs(10), || reads
+            .load(std::sync::atomic::Ordering::Relaxed)
+            > before + 3)
+        .await,
         "readers after the writer"
     );
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
@@ -256,7 +298,10 @@ async fn downgrade_has_no_gap_and_upgrade_is_refused_at_once() {
     assert!(r.is_auto_extended());
     assert!(r.validity() > secs(20));
     // Writers stay out, readers come in.
-    assert!(lb.try_write(TTL).await.unwrap().is_none(), "a writer after the downgrade");
+    assert!(
+        lb.try_write(TTL).await.unwrap().is_none(),
+        "a writer after the downgrade"
+    );
     let other = lb.try_read(TTL).await.unwrap().expect("readers beside it");
     assert_eq!(other.token(), Some(token), "the same generation");
     assert_eq!(cluster.count_keys(WRITERS), vec![0; 3]);
@@ -303,7 +348,10 @@ async fn write_tokens_exceed_every_earlier_token_and_reads_see_the_last_write() 
             last_write = token;
             writes += 1;
         } else {
-            assert!(token >= last_write, "read {token} before write {last_write}");
+            assert!(
+                token >= last_write,
+                "read {token} before write {last_write}"
+            );
             reads += 1;
         }
         highest = highest.max(token);
@@ -334,7 +382,14 @@ async fn a_read_writes_its_generation_back_so_a_later_write_is_above_it() {
     // Written back to a majority of the nodes (the granting ones that
     // had less): node 0 and at least one of the others.
     let behind: Vec<u64> = (1..3)
-        .map(|i| cluster.node(i).cli(&["GET", &fence]).trim().parse().unwrap())
+        .map(|i| {
+            cluster
+                .node(i)
+                .cli(&["GET", &fence])
+                .trim()
+                .parse()
+                .unwrap_or(0)
+        })
         .filter(|&stored: &u64| stored < seen)
         .collect();
     assert!(behind.len() < 2, "not written back: {behind:?} < {seen}");
@@ -418,7 +473,13 @@ async fn a_dead_holders_lock_is_free_within_its_ttl() {
     let live = new_client(&cluster);
     warm_up(&dead, &cluster).await;
     for mode in [RwMode::Write, RwMode::Read] {
-        let guard = dead.rw_lock("dead").unwrap().request(mode, secs(1)).acquire().await.unwrap();
+        let guard = dead
+            .rw_lock("dead")
+            .unwrap()
+            .request(mode, secs(1))
+            .acquire()
+            .await
+            .unwrap();
         // The holder dies: no release, no extension.
         std::mem::forget(guard);
         let want = match mode {
@@ -485,7 +546,11 @@ async fn cut_off_acquires_leave_nothing_held() {
     let lock = client.rw_lock("cut").unwrap();
     let mut acquired = 0;
     for i in 0..120 {
-        let mode = if i % 2 == 0 { RwMode::Read } else { RwMode::Write };
+        let mode = if i % 2 == 0 {
+            RwMode::Read
+        } else {
+            RwMode::Write
+        };
         let budget = Duration::from_micros(rand::random_range(0..3_000));
         if let Ok(got) = timeout(budget, lock.request(mode, TTL).acquire()).await {
             let guard = got.unwrap();
@@ -502,8 +567,18 @@ async fn cut_off_acquires_leave_nothing_held() {
         cluster.count_keys(ENTRIES)
     );
     // Usable afterwards, in both modes.
-    lock.try_write(TTL).await.unwrap().expect("free").release().await;
-    lock.try_read(TTL).await.unwrap().expect("free").release().await;
+    lock.try_write(TTL)
+        .await
+        .unwrap()
+        .expect("free")
+        .release()
+        .await;
+    lock.try_read(TTL)
+        .await
+        .unwrap()
+        .expect("free")
+        .release()
+        .await;
     let _ = acquired;
 }
 
@@ -513,12 +588,23 @@ async fn bad_input_gets_typed_errors() {
     let client = new_client(&cluster);
     assert!(matches!(client.rw_lock(""), Err(Error::InvalidResource(_))));
     let long = "x".repeat(redfence::limits::MAX_RESOURCE_LEN + 1);
-    assert!(matches!(client.rw_lock(&long), Err(Error::InvalidResource(_))));
+    assert!(matches!(
+        client.rw_lock(&long),
+        Err(Error::InvalidResource(_))
+    ));
     let lock: RwLock = client.rw_lock("ok").unwrap();
     for mode in [RwMode::Read, RwMode::Write] {
-        let err = lock.request(mode, Duration::ZERO).acquire().await.unwrap_err();
+        let err = lock
+            .request(mode, Duration::ZERO)
+            .acquire()
+            .await
+            .unwrap_err();
         assert!(matches!(err, Error::InvalidTtl { .. }), "{err}");
-        let err = lock.request(mode, Duration::ZERO).try_acquire().await.unwrap_err();
+        let err = lock
+            .request(mode, Duration::ZERO)
+            .try_acquire()
+            .await
+            .unwrap_err();
         assert!(matches!(err, Error::InvalidTtl { .. }), "{err}");
         let err = lock
             .request(mode, redfence::limits::MAX_TTL + ms(1))
@@ -536,4 +622,143 @@ async fn bad_input_gets_typed_errors() {
     }
     // Nothing was left behind by the refusals.
     assert_eq!(cluster.count_keys("redfence:rw:*"), vec![0]);
+}
+
+// ---------------------------------------------------------------------------
+// Worker processes: readers and writers in real processes.
+
+/// A worker process (does nothing unless started by
+/// `processes_of_readers_and_writers_never_overlap_a_writer`): `W_TASKS`
+/// tasks, the first a writer and the rest readers, loop on the lock for
+/// `W_MS`, and print each hold (`HOLD mode from to token`, on the
+/// machine's monotonic clock, which every process shares).
+#[test]
+fn rw_worker() {
+    if std::env::var("REDFENCE_RW_WORKER").is_err() {
+        return;
+    }
+    let var = |k: &str| std::env::var(k).expect(k);
+    let urls: Vec<String> = var("W_URLS").split(',').map(str::to_owned).collect();
+    let tasks: usize = var("W_TASKS").parse().unwrap();
+    let run_for = ms(var("W_MS").parse().unwrap());
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async move {
+        let client = crate::helpers::builder(urls)
+            .node_timeout(secs(1))
+            .build()
+            .unwrap();
+        let lock = client.rw_lock("processes").unwrap();
+        // Connect every node before the contention starts.
+        for _ in 0..3 {
+            lock.acquire_read(secs(5)).await.unwrap().release().await;
+        }
+        let end = Instant::now() + run_for;
+        let mut handles = Vec::new();
+        for t in 0..tasks {
+            let lock = lock.clone();
+            let mode = if t == 0 { RwMode::Write } else { RwMode::Read };
+            handles.push(tokio::spawn(async move {
+                while Instant::now() < end {
+                    let Ok(guard) = lock
+                        .request(mode, secs(10))
+                        .retry(Retry::new().with_max_wait(secs(60)))
+                        .acquire()
+                        .await
+                    else {
+                        println!("FAILED");
+                        continue;
+                    };
+                    let from = crate::fair::now_ns();
+                    tokio::time::sleep(ms(rand::random_range(5..30))).await;
+                    let to = crate::fair::now_ns();
+                    let token = guard.token().map_or(0, |t| t.get());
+                    let w = u8::from(mode == RwMode::Write);
+                    println!("HOLD {w} {from} {to} {token}");
+                    guard.release().await;
+                    tokio::time::sleep(ms(rand::random_range(0..20))).await;
+                }
+            }));
+        }
+        for h in handles {
+            let _ = h.await;
+        }
+    });
+}
+
+/// 3 processes × 3 tasks (one writer, two readers each) for a few seconds:
+/// the merged history (the interval checker above) has no writer beside
+/// anyone, readers overlapped, and write tokens exceed every earlier hold's.
+#[test]
+fn processes_of_readers_and_writers_never_overlap_a_writer() {
+    let cluster = Cluster::start(3);
+    let exe = std::env::current_exe().expect("the test binary");
+    let children: Vec<_> = (0..3)
+        .map(|_| {
+            std::process::Command::new(&exe)
+                .args([
+                    "rwlock::rw_worker",
+                    "--exact",
+                    "--nocapture",
+                    "--test-threads",
+                    "1",
+                ])
+                .env("REDFENCE_RW_WORKER", "1")
+                .env("W_URLS", cluster.urls().join(","))
+                .env("W_TASKS", "3")
+                .env("W_MS", "4000")
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::null())
+                .spawn()
+                .expect("spawning a worker")
+        })
+        .collect();
+    let base = Instant::now();
+    let start_ns = crate::fair::now_ns();
+    let mut history = Vec::new();
+    let mut tokens = Vec::new();
+    let mut failed = 0;
+    for child in children {
+        let out = child.wait_with_output().expect("worker output");
+        for line in String::from_utf8_lossy(&out.stdout).lines() {
+            if line.starts_with("FAILED") {
+                failed += 1;
+            }
+            let Some(rest) = line.strip_prefix("HOLD ") else {
+                continue;
+            };
+            let f: Vec<u64> = rest.split(' ').map(|x| x.parse().unwrap()).collect();
+            let mode = if f[0] == 1 {
+                RwMode::Write
+            } else {
+                RwMode::Read
+            };
+            // Onto this process's `Instant`s, through the shared clock.
+            let at = |ns: u64| base + Duration::from_nanos(ns.saturating_sub(start_ns));
+            history.push(Span {
+                mode,
+                from: at(f[1]),
+                to: at(f[2]),
+            });
+            tokens.push((f[1], mode, f[3]));
+        }
+    }
+    assert_eq!(failed, 0);
+    let writes = history.iter().filter(|s| s.mode == RwMode::Write).count();
+    assert!(
+        writes >= 3 && history.len() - writes >= 10,
+        "{writes} of {}",
+        history.len()
+    );
+    let (overlaps, most) = check(&history);
+    assert!(overlaps.is_empty(), "{overlaps:?}");
+    assert!(most > 1, "readers never overlapped");
+    // In grant order: a write above everything before it.
+    tokens.sort_unstable_by_key(|t| t.0);
+    let mut highest = 0;
+    for (_, mode, token) in tokens {
+        if mode == RwMode::Write {
+            assert!(token > highest, "write {token} after {highest}");
+        }
+        highest = highest.max(token);
+    }
 }
