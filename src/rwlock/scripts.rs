@@ -21,11 +21,13 @@ fn acquiring(name: &'static str, source: &'static str) -> Script {
     script
 }
 
-/// A reader's admission: refused while a writer holds or a writer waits
-/// (its marker); else prunes the readers' index of expired entries, sets
-/// this reader's entry (`SET PX`), adds it to the index and returns the
-/// fence as it stands (the generation seen; seeded from the clock when
-/// absent), or 0 without fencing. Refused: `{0, PTTL of what blocks}`.
+/// A reader's admission: one `MGET` of the writer key, the waiting
+/// writer's marker and the fence; refused while a writer holds or waits;
+/// else sets this reader's entry (`SET PX`), adds its name to the index
+/// (pruning the names whose keys are gone once the index holds 8 or
+/// more) and returns the fence as it stands (the generation seen; seeded
+/// from the clock when absent), or 0 without fencing. Refused: `{0, PTTL
+/// of what blocks}`.
 ///
 /// KEYS: writer, readers, waiting, entry[, fence]. ARGV: value, ttl ms,
 /// seed.
@@ -87,11 +89,11 @@ mod tests {
     fn scripts_know_the_commands_they_run() {
         assert_eq!(
             READ.commands(),
-            ["PTTL", "SMEMBERS", "EXISTS", "SREM", "SET", "SADD", "GET", "DEL"]
+            ["MGET", "PTTL", "SCARD", "SMEMBERS", "EXISTS", "DEL", "SREM", "SET", "SADD"]
         );
         assert_eq!(
             WRITE.commands(),
-            ["GET", "SET", "PTTL", "SMEMBERS", "SREM", "DEL", "INCR", "INCRBY"]
+            ["GET", "SET", "PTTL", "SMEMBERS", "EXISTS", "DEL", "SREM", "INCR", "INCRBY"]
         );
         assert_eq!(DOWNGRADE.commands(), ["GET", "DEL", "SET", "SADD"]);
         assert!(!READ.eval_when_decided && !WRITE.eval_when_decided);

@@ -126,6 +126,7 @@ async fn try_forms_see_the_other_mode() {
     let a = new_client(&cluster);
     let b = new_client(&cluster);
     warm_up(&a, &cluster).await;
+    warm_up(&b, &cluster).await;
     let (la, lb) = (a.rw_lock("table").unwrap(), b.rw_lock("table").unwrap());
     let r1 = la.try_read(TTL).await.unwrap().expect("free");
     let r2 = lb.try_read(TTL).await.unwrap().expect("readers share");
@@ -133,7 +134,19 @@ async fn try_forms_see_the_other_mode() {
         lb.try_write(TTL).await.unwrap().is_none(),
         "writer beside readers"
     );
-    assert_eq!(cluster.count_keys(ENTRIES), vec![2; 3]);
+    let both = || {
+        cluster
+            .count_keys(ENTRIES)
+            .iter()
+            .filter(|&&n| n == 2)
+            .count()
+            >= 2
+    };
+    assert!(
+        eventually(secs(5), both).await,
+        "{:?}",
+        cluster.count_keys(ENTRIES)
+    );
     r1.release().await;
     assert!(
         lb.try_write(TTL).await.unwrap().is_none(),
@@ -303,8 +316,10 @@ async fn downgrade_has_no_gap_and_upgrade_is_refused_at_once() {
         "a writer after the downgrade"
     );
     let other = lb.try_read(TTL).await.unwrap().expect("readers beside it");
-    assert_eq!(other.token(), Some(token), "the same generation");
-    assert_eq!(cluster.count_keys(WRITERS), vec![0; 3]);
+    // The generation it wrote, or a later fence move a straggling request
+    // of the write left on a node of this read's majority.
+    assert!(other.token() >= Some(token), "an older generation");
+    assert!(eventually(secs(5), || cluster.count_keys(WRITERS) == vec![0; 3]).await);
     // A reader's upgrade: refused at once, the read still held.
     let started = Instant::now();
     let refused = r.upgrade().unwrap_err();
@@ -361,43 +376,58 @@ async fn write_tokens_exceed_every_earlier_token_and_reads_see_the_last_write() 
 }
 
 /// The pitfall of DESIGN.md, section 6b, on real servers: a fence moved on
-/// one node only (what a writer granted there alone leaves, here set by
-/// hand), a read over all three sees it, then that node goes down and a
-/// writer is granted by the other two. Its token is above the read's only
-/// because the read wrote its generation back to them.
+/// node 0 only (what a writer granted there alone leaves, here set by
+/// hand); a read granted by nodes 0 and 1 (node 2 paused) sees it; then a
+/// writer granted by nodes 1 and 2 (node 0 paused). Its token is above
+/// the read's only because the read wrote its generation back to node 1:
+/// without that, both would `INCR` from the old fence.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_read_writes_its_generation_back_so_a_later_write_is_above_it() {
     let mut cluster = Cluster::start(3);
     let client = client_with_timeout(cluster.urls(), ms(300));
     warm_up(&client, &cluster).await;
     let lock = client.rw_lock("pitfall").unwrap();
+    let fence = fence_key("pitfall");
     let w = lock.acquire_write(TTL).await.unwrap();
     let base = w.token().unwrap().get();
     w.release().await;
-    let fence = fence_key("pitfall");
+    let stored = |cluster: &Cluster, i: usize| -> u64 {
+        cluster.nodes[i]
+            .cli(&["GET", &fence])
+            .trim()
+            .parse()
+            .unwrap_or(0)
+    };
+    assert!(
+        eventually(secs(5), || (0..3).all(|i| stored(&cluster, i) == base)).await,
+        "the write's fence everywhere"
+    );
     cluster.node(0).cli(&["INCRBY", &fence, "5"]);
-    let r = lock.acquire_read(TTL).await.unwrap();
+    cluster.node(2).pause();
+    let r = lock
+        .read(TTL)
+        .retry(Retry::new().with_max_wait(secs(20)))
+        .acquire()
+        .await
+        .unwrap();
     let seen = r.token().unwrap().get();
     assert_eq!(seen, base + 5, "the read saw node 0's fence");
-    // Written back to a majority of the nodes (the granting ones that
-    // had less): node 0 and at least one of the others.
-    let behind: Vec<u64> = (1..3)
-        .map(|i| {
-            cluster
-                .node(i)
-                .cli(&["GET", &fence])
-                .trim()
-                .parse()
-                .unwrap_or(0)
-        })
-        .filter(|&stored: &u64| stored < seen)
-        .collect();
-    assert!(behind.len() < 2, "not written back: {behind:?} < {seen}");
+    // Written back to node 1; node 2 still has the old fence, so without
+    // the write-back a writer granted by nodes 1 and 2 would get base + 1.
+    assert_eq!(stored(&cluster, 1), seen, "written back to node 1");
     r.release().await;
-    cluster.node(0).kill();
-    let w = lock.acquire_write(TTL).await.unwrap();
+    cluster.node(2).resume();
+    assert_eq!(stored(&cluster, 2), base);
+    cluster.node(0).pause();
+    let w = lock
+        .write(TTL)
+        .retry(Retry::new().with_max_wait(secs(20)))
+        .acquire()
+        .await
+        .unwrap();
     assert!(w.token().unwrap().get() > seen);
     w.release().await;
+    cluster.node(0).resume();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -458,7 +488,8 @@ async fn with_forms_run_under_the_lock_and_drop_releases() {
     assert!(eventually(secs(5), || cluster.count_keys(ENTRIES) == vec![0; 3]).await);
     // Dropped, not released: freed in the background.
     let w = lock.acquire_write(TTL).await.unwrap();
-    assert_eq!(cluster.count_keys(WRITERS), vec![1; 3]);
+    let held = || cluster.count_keys(WRITERS).iter().sum::<usize>() >= 2;
+    assert!(eventually(secs(5), held).await);
     drop(w);
     assert!(eventually(secs(5), || cluster.count_keys(WRITERS) == vec![0; 3]).await);
     let r = lock.acquire_read(TTL).await.unwrap();

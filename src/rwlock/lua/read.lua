@@ -1,19 +1,28 @@
 -- KEYS: writer, readers, waiting writer, this reader's entry[, fence].
 -- ARGV: value, ttl ms, clock seed.
--- A writer holds, or a writer waits: refused, with how long it lasts.
-local w = redis.call('PTTL', KEYS[1])
-if w ~= -2 then
-  return {0, w}
+-- One MGET: the writer key, the waiting writer's marker, the fence.
+local got = redis.call('MGET', KEYS[1], KEYS[3], KEYS[5] or KEYS[1])
+if got[1] or got[2] then
+  -- A writer holds, or a writer waits: refused, with how long it lasts.
+  local left = redis.call('PTTL', KEYS[1])
+  if left == -2 then
+    left = redis.call('PTTL', KEYS[3])
+  end
+  return {0, left}
 end
-local x = redis.call('PTTL', KEYS[3])
-if x ~= -2 then
-  return {0, x}
-end
--- Entries whose keys expired (a reader that died, or released: the
--- release deletes the entry's key, not its name here) leave the index.
-for _, e in ipairs(redis.call('SMEMBERS', KEYS[2])) do
-  if redis.call('EXISTS', e) == 0 then
-    redis.call('SREM', KEYS[2], e)
+-- The index keeps the names of entries whose keys are gone (released or
+-- expired) until pruned: here once it holds 8 names or more, so that a
+-- lock only ever read stays small without a walk on every read.
+if redis.call('SCARD', KEYS[2]) >= 8 then
+  local names = redis.call('SMEMBERS', KEYS[2])
+  if #names <= 1000 and redis.call('EXISTS', unpack(names)) == 0 then
+    redis.call('DEL', KEYS[2])
+  else
+    for _, e in ipairs(names) do
+      if redis.call('EXISTS', e) == 0 then
+        redis.call('SREM', KEYS[2], e)
+      end
+    end
   end
 end
 redis.call('SET', KEYS[4], ARGV[1], 'PX', ARGV[2])
@@ -23,7 +32,7 @@ if not KEYS[5] then
 end
 -- The generation seen: the fence as it is, seeded from the clock when
 -- absent (as the acquire's INCR would).
-local f = redis.call('GET', KEYS[5])
+local f = got[3]
 if not f then
   redis.call('SET', KEYS[5], ARGV[3])
   f = ARGV[3]

@@ -15,19 +15,28 @@ local w = redis.call('PTTL', KEYS[1])
 if w ~= -2 then
   return refuse(w)
 end
-local longest = -2
-for _, e in ipairs(redis.call('SMEMBERS', KEYS[2])) do
-  local t = redis.call('PTTL', e)
-  if t == -2 then
-    redis.call('SREM', KEYS[2], e)
-  elseif t == -1 or longest == -1 then
-    longest = -1
-  elseif t > longest then
-    longest = t
+-- Any live reader entry refuses; names whose keys are gone are pruned
+-- (all at once when none lives: one EXISTS over them, one DEL).
+local names = redis.call('SMEMBERS', KEYS[2])
+if #names > 0 then
+  if #names <= 1000 and redis.call('EXISTS', unpack(names)) == 0 then
+    redis.call('DEL', KEYS[2])
+  else
+    local longest = -2
+    for _, e in ipairs(names) do
+      local t = redis.call('PTTL', e)
+      if t == -2 then
+        redis.call('SREM', KEYS[2], e)
+      elseif t == -1 or longest == -1 then
+        longest = -1
+      elseif t > longest then
+        longest = t
+      end
+    end
+    if longest ~= -2 then
+      return refuse(longest)
+    end
   end
-end
-if longest ~= -2 then
-  return refuse(longest)
 end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 if ARGV[4] ~= '' and redis.call('GET', KEYS[3]) == ARGV[4] then
