@@ -21,12 +21,18 @@ use crate::error::failure::{Phase, QuorumFailure};
 use crate::logic::fence::clock_seed;
 use crate::logic::resource::lock_value;
 use crate::logic::validity::later;
+use crate::observe::stats::Event;
 use crate::protocol::fanout::all_nodes;
 use crate::protocol::release::ReleaseOnDrop;
 use crate::protocol::reseed::reseed_if_wanted;
 use crate::protocol::round::round;
 use crate::protocol::settle::settle_token;
 use crate::protocol::shared::{Grant, Held, Shared, Target};
+
+/// One read in this many prunes the readers' index of names whose keys
+/// are gone: the index of a lock only ever read holds about this many
+/// dead names, and a read pays no walk (nor count) of it otherwise.
+const PRUNE_ONE_IN: u32 = 8;
 
 /// The waiting writer's marker to set where refused: its id and life.
 #[derive(Debug, Clone)]
@@ -59,6 +65,7 @@ pub(crate) async fn admit(
         ticket: None,
     };
     let mut cleanup = ReleaseOnDrop::new(shared, &held);
+    shared.counters.count(Event::Attempt);
     let vote = shared.vote(true);
     let (ttl, seed) = (target.ttl.millis().to_string(), clock_seed().to_string());
     let fence = target.fence.as_deref();
@@ -66,7 +73,18 @@ pub(crate) async fn admit(
         RwMode::Read => {
             let mut k: Vec<&str> = vec![&keys.writer, &keys.readers, &keys.waiting, &target.key];
             k.extend(fence);
-            let args: [&[u8]; 3] = [held.value.as_bytes(), ttl.as_bytes(), seed.as_bytes()];
+            // One read in 8 prunes the readers' index (`lua/read.lua`).
+            let prune: &[u8] = if rand::random_range(0..PRUNE_ONE_IN) == 0 {
+                b"1"
+            } else {
+                b""
+            };
+            let args: [&[u8]; 4] = [
+                held.value.as_bytes(),
+                ttl.as_bytes(),
+                seed.as_bytes(),
+                prune,
+            ];
             (&*READ, READ.evalsha(&k, &args))
         }
         RwMode::Write => {
@@ -112,6 +130,7 @@ pub(crate) async fn admit(
         Some(_) => Some(settle_token(shared, target, &held, start, &round.values).await?),
     };
     cleanup.disarm();
+    shared.counters.count(Event::Acquired);
     held.granted = true;
     Ok(Grant {
         valid_until: start + target.ttl.duration() - target.drift,

@@ -24,13 +24,13 @@ fn acquiring(name: &'static str, source: &'static str) -> Script {
 /// A reader's admission: one `MGET` of the writer key, the waiting
 /// writer's marker and the fence; refused while a writer holds or waits;
 /// else sets this reader's entry (`SET PX`), adds its name to the index
-/// (pruning the names whose keys are gone once the index holds 8 or
-/// more) and returns the fence as it stands (the generation seen; seeded
+/// (pruning the names whose keys are gone when asked: one read in 8) and
+/// returns the fence as it stands (the generation seen; seeded
 /// from the clock when absent), or 0 without fencing. Refused: `{0, PTTL
 /// of what blocks}`.
 ///
 /// KEYS: writer, readers, waiting, entry[, fence]. ARGV: value, ttl ms,
-/// seed.
+/// seed, "1" to prune or "".
 pub(crate) static READ: LazyLock<Script> =
     LazyLock::new(|| acquiring("rw-read", include_str!("lua/read.lua")));
 
@@ -89,7 +89,7 @@ mod tests {
     fn scripts_know_the_commands_they_run() {
         assert_eq!(
             READ.commands(),
-            ["MGET", "PTTL", "SCARD", "SMEMBERS", "EXISTS", "DEL", "SREM", "SET", "SADD"]
+            ["MGET", "PTTL", "SMEMBERS", "EXISTS", "DEL", "SREM", "SET", "SADD"]
         );
         assert_eq!(
             WRITE.commands(),

@@ -1,5 +1,5 @@
 -- KEYS: writer, readers, waiting writer, this reader's entry[, fence].
--- ARGV: value, ttl ms, clock seed.
+-- ARGV: value, ttl ms, clock seed, "1" to prune the index or "".
 -- One MGET: the writer key, the waiting writer's marker, the fence.
 local got = redis.call('MGET', KEYS[1], KEYS[3], KEYS[5] or KEYS[1])
 if got[1] or got[2] then
@@ -11,9 +11,10 @@ if got[1] or got[2] then
   return {0, left}
 end
 -- The index keeps the names of entries whose keys are gone (released or
--- expired) until pruned: here once it holds 8 names or more, so that a
--- lock only ever read stays small without a walk on every read.
-if redis.call('SCARD', KEYS[2]) >= 8 then
+-- expired) until pruned: here when the client asks (one read in 8, drawn
+-- by the client), so that a lock only ever read stays small without a
+-- walk, or even a count, on every read.
+if ARGV[4] == '1' then
   local names = redis.call('SMEMBERS', KEYS[2])
   if #names <= 1000 and redis.call('EXISTS', unpack(names)) == 0 then
     redis.call('DEL', KEYS[2])
