@@ -16,12 +16,14 @@ end
 -- walk, or even a count, on every read.
 if ARGV[4] == '1' then
   local names = redis.call('SMEMBERS', KEYS[2])
-  if #names <= 1000 and redis.call('EXISTS', unpack(names)) == 0 then
-    redis.call('DEL', KEYS[2])
-  else
-    for _, e in ipairs(names) do
-      if redis.call('EXISTS', e) == 0 then
-        redis.call('SREM', KEYS[2], e)
+  if #names > 0 then
+    if #names <= 1000 and redis.call('EXISTS', unpack(names)) == 0 then
+      redis.call('DEL', KEYS[2])
+    else
+      for _, e in ipairs(names) do
+        if redis.call('EXISTS', e) == 0 then
+          redis.call('SREM', KEYS[2], e)
+        end
       end
     end
   end
