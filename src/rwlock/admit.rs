@@ -12,22 +12,19 @@
 //! section 6b).
 
 use std::sync::Arc;
-use std::time::Instant;
 
 use super::keys::RwKeys;
 use super::scripts::{parse_admit, READ, WRITE};
-use super::target::RwMode;
+use super::target::{after_round, entry_held, RwMode};
 use crate::error::failure::{Phase, QuorumFailure};
 use crate::logic::fence::clock_seed;
 use crate::logic::resource::lock_value;
-use crate::logic::validity::later;
 use crate::observe::stats::Event;
-use crate::protocol::fanout::all_nodes;
 use crate::protocol::release::ReleaseOnDrop;
 use crate::protocol::reseed::reseed_if_wanted;
 use crate::protocol::round::round;
 use crate::protocol::settle::settle_token;
-use crate::protocol::shared::{Grant, Held, Shared, Target};
+use crate::protocol::shared::{Grant, Shared, Target};
 
 /// One read in this many prunes the readers' index of names whose keys
 /// are gone: the index of a lock only ever read holds about this many
@@ -49,21 +46,7 @@ pub(crate) async fn admit(
     mode: RwMode,
     mark: Option<&Mark>,
 ) -> Result<Grant, QuorumFailure> {
-    let mut held = Held {
-        key: target.key.clone(),
-        value: lock_value(&shared.id_text),
-        notice: rand::random(),
-        granted: false,
-        sent: all_nodes(shared.nodes.len()),
-        ours: Arc::default(),
-        // A node may set the entry as late as the round's deadline.
-        expires_at: later(
-            later(Instant::now(), shared.config.node_timeout),
-            target.ttl.duration(),
-        ),
-        home: target.home.clone(),
-        ticket: None,
-    };
+    let mut held = entry_held(shared, target, lock_value(&shared.id_text));
     let mut cleanup = ReleaseOnDrop::new(shared, &held);
     shared.counters.count(Event::Attempt);
     let vote = shared.vote(true);
@@ -120,8 +103,7 @@ pub(crate) async fn admit(
         },
     )
     .await;
-    held.sent = round.sent;
-    held.expires_at = later(round.deadline.max(Instant::now()), target.ttl.duration());
+    after_round(&mut held, target, round.sent, round.deadline);
     cleanup.update(&held);
     reseed_if_wanted(shared);
     let start = round.outcome?;

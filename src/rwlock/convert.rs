@@ -7,13 +7,12 @@
 //! conversion that falls short releases the new entries too.
 
 use std::sync::Arc;
-use std::time::Instant;
 
 use super::keys::RwKeys;
 use super::scripts::DOWNGRADE;
+use super::target::{after_round, entry_held};
 use crate::error::failure::{Phase, QuorumFailure};
 use crate::logic::fence::FencingToken;
-use crate::logic::validity::later;
 use crate::protocol::release::ReleaseOnDrop;
 use crate::protocol::round::round;
 use crate::protocol::shared::{Grant, Held, Shared, Target};
@@ -32,20 +31,8 @@ pub(crate) async fn downgrade(
     // Armed for good: whatever happens, the writer key is deleted (compare
     // and delete) wherever it is left.
     let _write = ReleaseOnDrop::new(shared, write);
-    let mut held = Held {
-        key: target.key.clone(),
-        value: write.value.clone(),
-        notice: rand::random(),
-        granted: false,
-        sent: write.sent,
-        ours: Arc::default(),
-        expires_at: later(
-            later(Instant::now(), shared.config.node_timeout),
-            target.ttl.duration(),
-        ),
-        home: target.home.clone(),
-        ticket: None,
-    };
+    let mut held = entry_held(shared, target, write.value.clone());
+    held.sent = write.sent;
     let mut cleanup = ReleaseOnDrop::new(shared, &held);
     let ttl = target.ttl.millis().to_string();
     let args: [&[u8]; 2] = [held.value.as_bytes(), ttl.as_bytes()];
@@ -68,8 +55,7 @@ pub(crate) async fn downgrade(
         },
     )
     .await;
-    held.sent = round.sent;
-    held.expires_at = later(round.deadline.max(Instant::now()), target.ttl.duration());
+    after_round(&mut held, target, round.sent, round.deadline);
     cleanup.update(&held);
     let start = round.outcome?;
     cleanup.disarm();

@@ -5,11 +5,14 @@
 //! "home" whose queue and waiting marker are never written, so that the
 //! mutex's release script deletes the entry and nothing else.
 
-use std::time::Duration;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use super::keys::RwKeys;
 use crate::error::Error;
-use crate::protocol::shared::{Shared, Target};
+use crate::logic::validity::later;
+use crate::protocol::fanout::{all_nodes, NodeSet};
+use crate::protocol::shared::{Held, Shared, Target};
 
 /// Which side of the lock a request or a guard is on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -40,4 +43,31 @@ pub(crate) fn rw_target(
     target.home.pregrant_fence = None;
     target.home.claim = None;
     Ok(target)
+}
+
+/// The entry `value` on `target.key` as the engine's [`Held`], before its
+/// round: sent to every node, expiring at the latest one node timeout
+/// and a TTL from now (a node may set it as late as the round's deadline).
+pub(crate) fn entry_held(shared: &Shared, target: &Target, value: Arc<str>) -> Held {
+    Held {
+        key: target.key.clone(),
+        value,
+        notice: rand::random(),
+        granted: false,
+        sent: all_nodes(shared.nodes.len()),
+        ours: Arc::default(),
+        expires_at: later(
+            later(Instant::now(), shared.config.node_timeout),
+            target.ttl.duration(),
+        ),
+        home: target.home.clone(),
+        ticket: None,
+    }
+}
+
+/// After the round: the nodes its requests may have reached, and the
+/// entry's latest expiry (set as late as the round's `deadline`).
+pub(crate) fn after_round(held: &mut Held, target: &Target, sent: NodeSet, deadline: Instant) {
+    held.sent = sent;
+    held.expires_at = later(deadline.max(Instant::now()), target.ttl.duration());
 }
