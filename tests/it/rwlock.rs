@@ -796,3 +796,81 @@ fn processes_of_readers_and_writers_never_overlap_a_writer() {
         highest = highest.max(token);
     }
 }
+
+/// The waiting writer's marker: removed at once when the waiting future
+/// is dropped; left by a writer that dies while waiting (its future
+/// forgotten, so nothing of it runs again), it keeps new readers out for
+/// its bounded life only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_writers_marker_goes_with_it_or_expires() {
+    let cluster = Cluster::start(3);
+    let readers = new_client(&cluster);
+    let writer = client_with_timeout(cluster.urls(), ms(300));
+    warm_up(&readers, &cluster).await;
+    warm_up(&writer, &cluster).await;
+    let rl = readers.rw_lock("marked").unwrap();
+    let wl = writer.rw_lock("marked").unwrap();
+    let held = rl.acquire_read(TTL).await.unwrap();
+    let polling = Retry::new()
+        .with_max_wait(secs(60))
+        .with_delay(ms(50))
+        .with_jitter(ms(10))
+        .with_max_jitter(ms(20));
+    for dies in [false, true] {
+        let mut waiting = Box::pin(wl.write(secs(3)).retry(polling).acquire());
+        // Refused, marked from its second attempt on.
+        assert!(timeout(secs(1), &mut waiting).await.is_err());
+        assert!(cluster.count_keys("redfence:rw:x:*").iter().sum::<usize>() >= 2);
+        assert!(
+            rl.try_read(TTL).await.unwrap().is_none(),
+            "a reader past the marker"
+        );
+        let gone = Instant::now();
+        if dies {
+            std::mem::forget(waiting);
+        } else {
+            drop(waiting);
+        }
+        let readable = || async {
+            loop {
+                if let Some(r) = rl.try_read(TTL).await.unwrap() {
+                    r.release().await;
+                    return;
+                }
+                tokio::time::sleep(ms(50)).await;
+            }
+        };
+        timeout(secs(15), readable()).await.expect("readers again");
+        let after = gone.elapsed();
+        if dies {
+            // The marker's life: the writer's TTL (3 s) here.
+            assert!(after >= secs(2), "{after:?}: gone before its life");
+        } else {
+            assert!(after < secs(3), "{after:?}: not removed with the writer");
+        }
+    }
+    held.release().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_downgrade_without_a_majority_is_a_loss() {
+    let mut cluster = Cluster::start(3);
+    let client = client_with_timeout(cluster.urls(), ms(200));
+    warm_up(&client, &cluster).await;
+    let lock = client.rw_lock("short").unwrap();
+    let w = lock.acquire_write(TTL).await.unwrap();
+    cluster.node(1).pause();
+    cluster.node(2).pause();
+    let err = timeout(secs(10), w.downgrade()).await.unwrap().unwrap_err();
+    assert!(err.is_lost(), "{err}");
+    cluster.node(1).resume();
+    cluster.node(2).resume();
+    // Everything released: a writer gets in.
+    let again = lock
+        .write(TTL)
+        .retry(Retry::new().with_max_wait(secs(20)))
+        .acquire()
+        .await
+        .unwrap();
+    again.release().await;
+}
