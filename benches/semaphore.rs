@@ -4,7 +4,9 @@
 //! attempts (`Client::stats`) and Redis commands (every `commandstats` call
 //! on the nodes, scripts' inner calls included, after `CONFIG RESETSTAT`).
 //! The semaphore has K = 4 permits and none held: the first slot tried is
-//! free, so a permit should cost what a mutex acquire costs.
+//! free, so a permit should cost what a mutex acquire costs. The
+//! read-write lock's rows (issue 33: a read lock ≤ 1.2× a mutex acquire)
+//! take a read, and a write, of a free lock the same way.
 //!
 //! The second table is contended: T tasks, each with its own client (T
 //! hosts), loop on one semaphore of K permits: a waiting acquire, a 1 ms
@@ -127,10 +129,55 @@ impl Row {
     }
 }
 
+/// What a row's cycle acquires and releases.
+#[derive(Clone, Copy)]
+enum Subject<'a> {
+    Mutex,
+    Permit(&'a redfence::Semaphore),
+    Read(&'a redfence::RwLock),
+    Write(&'a redfence::RwLock),
+}
+
+impl Subject<'_> {
+    async fn cycle(self, client: &redfence::Client, ttl: Duration) {
+        match self {
+            Subject::Permit(sem) => {
+                sem.acquire(ttl)
+                    .await
+                    .expect("a free permit")
+                    .release()
+                    .await
+            }
+            Subject::Mutex => {
+                client
+                    .acquire("bench-mutex", ttl)
+                    .await
+                    .expect("a free lock")
+                    .release()
+                    .await
+            }
+            Subject::Read(rw) => {
+                rw.acquire_read(ttl)
+                    .await
+                    .expect("a free read")
+                    .release()
+                    .await
+            }
+            Subject::Write(rw) => {
+                rw.acquire_write(ttl)
+                    .await
+                    .expect("a free write")
+                    .release()
+                    .await
+            }
+        };
+    }
+}
+
 async fn slice(
     servers: &[Server],
     client: &redfence::Client,
-    semaphore: Option<&redfence::Semaphore>,
+    subject: Subject<'_>,
     secs: f64,
     row: &mut Row,
 ) {
@@ -142,23 +189,7 @@ async fn slice(
     let started = Instant::now();
     let mut cycles = 0u64;
     while started.elapsed().as_secs_f64() < secs {
-        match semaphore {
-            Some(sem) => {
-                sem.acquire(ttl)
-                    .await
-                    .expect("a free permit")
-                    .release()
-                    .await
-            }
-            None => {
-                client
-                    .acquire("bench-mutex", ttl)
-                    .await
-                    .expect("a free lock")
-                    .release()
-                    .await
-            }
-        };
+        subject.cycle(client, ttl).await;
         cycles += 1;
     }
     let nanos = started.elapsed().as_nanos();
@@ -393,7 +424,7 @@ fn main() {
         .build()
         .expect("a runtime");
     println!(
-        "semaphore bench: {secs} s per row in 4 interleaved slices, one task, K = 4, none held"
+        "semaphore and rw lock bench: {secs} s per row in 4 interleaved slices, one task, K = 4, none held"
     );
     println!(
         "| nodes | row | cycles | µs/cycle | attempts/cycle | Redis commands/cycle | time ratio | commands ratio |"
@@ -407,28 +438,36 @@ fn main() {
             .build()
             .expect("a client");
         let sem = client.semaphore("bench-sem", 4).expect("a semaphore");
+        let rw = client.rw_lock("bench-rw").expect("a read-write lock");
         let (mut mutex, mut permit) = (Row::default(), Row::default());
+        let (mut read, mut write) = (Row::default(), Row::default());
         runtime.block_on(async {
             // Warm up: connections, script cache.
+            let subjects = [
+                Subject::Mutex,
+                Subject::Permit(&sem),
+                Subject::Read(&rw),
+                Subject::Write(&rw),
+            ];
             for _ in 0..50 {
-                client
-                    .acquire("bench-mutex", Duration::from_secs(10))
-                    .await
-                    .unwrap()
-                    .release()
-                    .await;
-                sem.acquire(Duration::from_secs(10))
-                    .await
-                    .unwrap()
-                    .release()
-                    .await;
+                for subject in subjects {
+                    subject.cycle(&client, Duration::from_secs(10)).await;
+                }
             }
             for _ in 0..4 {
-                slice(&servers, &client, None, secs / 4.0, &mut mutex).await;
-                slice(&servers, &client, Some(&sem), secs / 4.0, &mut permit).await;
+                let rows = [&mut mutex, &mut permit, &mut read, &mut write];
+                for (subject, row) in subjects.into_iter().zip(rows) {
+                    slice(&servers, &client, subject, secs / 4.0, row).await;
+                }
             }
         });
-        for (name, row) in [("mutex", mutex), ("semaphore permit", permit)] {
+        let rows = [
+            ("mutex", mutex),
+            ("semaphore permit", permit),
+            ("rw read lock", read),
+            ("rw write lock", write),
+        ];
+        for (name, row) in rows {
             println!(
                 "| {n} | {name} | {} | {:.1} | {:.2} | {:.2} | {:.2} | {:.2} |",
                 row.cycles,

@@ -27,6 +27,7 @@ use crate::once::SingleFlight;
 use crate::protocol::inspect::ForceReleased;
 use crate::protocol::release::release_orphan;
 use crate::protocol::shared::Shared;
+use crate::rwlock::RwLock;
 use crate::semaphore::Semaphore;
 
 /// A handle to a set of independent Redis masters. Cheap to clone (one
@@ -221,5 +222,14 @@ impl Client {
     /// empty name or one too long for its slots' names. Nothing is sent.
     pub fn semaphore(&self, name: &str, permits: u32) -> Result<Semaphore, Error> {
         Semaphore::new(Arc::clone(&self.shared), name, permits)
+    }
+
+    /// The read-write lock named `name`: many readers or one writer,
+    /// writers first, each hold with a fencing token that orders writes
+    /// after every earlier read and write. See [`RwLock`]. Fails with
+    /// [`Error::InvalidResource`] for an empty name or one longer than
+    /// 1024 bytes. Nothing is sent.
+    pub fn rw_lock(&self, name: &str) -> Result<RwLock, Error> {
+        RwLock::new(Arc::clone(&self.shared), name)
     }
 }

@@ -147,10 +147,11 @@ pub(crate) fn parse_probed_set(reply: Value) -> Result<u64, NodeErrorKind> {
     }
 }
 
-/// `HeldByOther` with the holder's remaining TTL from a `PTTL` reply: -1 is
+/// `HeldByOther` with the holder's remaining TTL from a `PTTL` reply (also
+/// the read-write lock's refusals, `rwlock::scripts`): -1 is
 /// a key without expiry (never frees), -2 a key gone since the `SET` (free
 /// now).
-fn held_for(pttl: &Value) -> Result<NodeErrorKind, NodeErrorKind> {
+pub(crate) fn held_for(pttl: &Value) -> Result<NodeErrorKind, NodeErrorKind> {
     let expires_in = match pttl {
         Value::Int(-2) => Some(Duration::ZERO),
         Value::Int(ms) if *ms >= 0 => Some(Duration::from_millis(ms.unsigned_abs())),

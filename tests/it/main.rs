@@ -31,6 +31,7 @@ mod pregrant;
 mod proxy;
 mod resp3;
 mod restart;
+mod rwlock;
 mod semaphore;
 mod sentinel;
 mod sockets;
