@@ -148,7 +148,7 @@ fn the_history_checkers_see_violations() {
 }
 
 /// Nanoseconds on `CLOCK_MONOTONIC`, one clock for every process here.
-fn now_ns() -> u64 {
+pub(crate) fn now_ns() -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,

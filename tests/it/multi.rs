@@ -9,6 +9,7 @@
 //! are asserted, never tight timings.
 
 use std::collections::HashMap;
+use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -145,9 +146,10 @@ async fn tokens_per_resource_increase_across_sets_and_mutex_holders() {
 /// One holder's interval on one resource, for the overlap checker.
 type Intervals = Arc<Mutex<Vec<(String, Instant, Instant)>>>;
 
-/// The first two intervals of one resource that overlap.
-fn first_overlap(intervals: &[(String, Instant, Instant)]) -> Option<String> {
-    let mut by_resource: HashMap<&str, Vec<(Instant, Instant)>> = HashMap::new();
+/// The first two intervals of one resource that overlap (instants of one
+/// process, or nanoseconds of the machine's monotonic clock).
+fn first_overlap<T: Ord + Copy + std::fmt::Debug>(intervals: &[(String, T, T)]) -> Option<String> {
+    let mut by_resource: HashMap<&str, Vec<(T, T)>> = HashMap::new();
     for (resource, start, end) in intervals {
         by_resource
             .entry(resource)
@@ -595,4 +597,115 @@ async fn a_cluster_node_takes_a_one_slot_set_and_refuses_a_set_across_slots() {
         other => panic!("not a cross-slot refusal: {other}"),
     }
     assert!(!err.to_string().contains("CROSSSLOT"), "{err}");
+}
+
+// Worker processes.
+
+/// A worker process (does nothing unless started by
+/// `processes_in_opposite_orders_all_finish_without_overlap`): `W_TASKS`
+/// tasks each lock the set `W_SET` (comma-separated, in that order)
+/// `W_ROUNDS` times, holding it 2 ms, and print each hold
+/// (`HOLD resource start end`, ns of the machine's monotonic clock) and
+/// `DONE` per task.
+#[test]
+fn worker() {
+    if std::env::var("REDFENCE_MULTI_WORKER").is_err() {
+        return;
+    }
+    let var = |k: &str| std::env::var(k).expect(k);
+    let urls: Vec<String> = var("W_URLS").split(',').map(str::to_owned).collect();
+    let set: Vec<String> = var("W_SET").split(',').map(str::to_owned).collect();
+    let tasks: usize = var("W_TASKS").parse().unwrap();
+    let rounds: usize = var("W_ROUNDS").parse().unwrap();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async move {
+        let client = crate::helpers::builder(urls)
+            .node_timeout(secs(1))
+            .build()
+            .unwrap();
+        let handles: Vec<_> = (0..tasks)
+            .map(|_| {
+                let (client, set) = (client.clone(), set.clone());
+                tokio::spawn(async move {
+                    for _ in 0..rounds {
+                        let guard = client
+                            .lock_set(set.clone(), TTL)
+                            .retry(Retry::new().with_max_wait(secs(90)))
+                            .acquire()
+                            .await
+                            .expect("every round finishes");
+                        let start = crate::fair::now_ns();
+                        tokio::time::sleep(ms(2)).await;
+                        let end = crate::fair::now_ns();
+                        for resource in &set {
+                            println!("HOLD {resource} {start} {end}");
+                        }
+                        guard.release().await;
+                    }
+                    println!("DONE");
+                })
+            })
+            .collect();
+        for handle in handles {
+            handle.await.unwrap();
+        }
+    });
+}
+
+/// 4 processes × 3 tasks, two processes locking `x, y, z` and two
+/// `z, y, x`, 5 rounds each: every task of every process finishes, and the
+/// merged history (one clock for the machine) has no two holders of one
+/// resource at once.
+#[test]
+fn processes_in_opposite_orders_all_finish_without_overlap() {
+    let cluster = Cluster::start(3);
+    let exe = std::env::current_exe().expect("the test binary");
+    let (procs, tasks, rounds) = (4, 3, 5);
+    let children: Vec<_> = (0..procs)
+        .map(|p| {
+            let set = if p % 2 == 0 {
+                "p:x,p:y,p:z"
+            } else {
+                "p:z,p:y,p:x"
+            };
+            Command::new(&exe)
+                .args([
+                    "multi::worker",
+                    "--exact",
+                    "--nocapture",
+                    "--test-threads",
+                    "1",
+                ])
+                .env("REDFENCE_MULTI_WORKER", "1")
+                .env("W_URLS", cluster.urls().join(","))
+                .env("W_SET", set)
+                .env("W_TASKS", tasks.to_string())
+                .env("W_ROUNDS", rounds.to_string())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("spawning a worker")
+        })
+        .collect();
+    let (mut done, mut holds) = (0, Vec::new());
+    for child in children {
+        let out = child.wait_with_output().expect("worker output");
+        // The harness prints "test multi::worker ... " without a newline
+        // before the first line of the worker's own output.
+        for line in String::from_utf8_lossy(&out.stdout).lines() {
+            if line.ends_with("DONE") {
+                done += 1;
+            } else if let Some(at) = line.find("HOLD ") {
+                let f: Vec<&str> = line[at + 5..].split(' ').collect();
+                holds.push((
+                    f[0].to_owned(),
+                    f[1].parse::<u64>().unwrap(),
+                    f[2].parse::<u64>().unwrap(),
+                ));
+            }
+        }
+    }
+    assert_eq!(done, procs * tasks, "tasks that finished");
+    assert_eq!(holds.len(), procs * tasks * rounds * 3);
+    assert_eq!(first_overlap(&holds), None);
 }
