@@ -241,6 +241,34 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_all_or_nothing_acquires_replies_parse() {
+        let arr = |v: Vec<i64>| Value::Array(v.into_iter().map(Value::Int).collect());
+        assert_eq!(parse_all(arr(vec![0, 7, 9, 8])).unwrap(), vec![7, 9, 8]);
+        assert_eq!(parse_all(arr(vec![0])).unwrap(), Vec::<u64>::new());
+        assert!(matches!(
+            parse_all(arr(vec![2])),
+            Err(NodeErrorKind::HeldByOther { expires_in: None })
+        ));
+        assert!(matches!(
+            parse_all(arr(vec![1, 1500])),
+            Err(NodeErrorKind::HeldByOther { expires_in: Some(d) }) if d == Duration::from_millis(1500)
+        ));
+        // A zero fence, a refusal at index 0, a bare integer: not ours.
+        assert!(matches!(
+            parse_all(arr(vec![0, 0])),
+            Err(NodeErrorKind::Redis(_))
+        ));
+        assert!(matches!(
+            parse_all(arr(vec![-1])),
+            Err(NodeErrorKind::Redis(_))
+        ));
+        assert!(matches!(
+            parse_all(Value::Int(3)),
+            Err(NodeErrorKind::Redis(_))
+        ));
+    }
+
+    #[test]
     fn set_replies() {
         assert!(parse_set(Value::Okay).is_ok());
         assert!(parse_set(Value::SimpleString("OK".into())).is_ok());

@@ -452,6 +452,42 @@ async fn one_node_down_or_paused_still_grants_the_set() {
     assert!(started.elapsed() < secs(20));
 }
 
+/// The restart guard is the mutex's: young servers (just started, which
+/// the client cannot tell from restarted ones) do not vote for a set
+/// either, nothing is set on them, and once the window has passed the set
+/// is granted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn young_servers_do_not_vote_for_a_set_until_the_window_passed() {
+    let cluster = Cluster::start(3);
+    let client = redfence::Client::builder(cluster.urls())
+        .node_timeout(ms(500))
+        .restart_guard(redfence::RestartGuard::new().with_window(secs(3)))
+        .build()
+        .unwrap();
+    let err = client
+        .try_lock_all(["g:a", "g:b"], secs(1))
+        .await
+        .unwrap_err();
+    assert!(err.is_unavailable(), "{err}");
+    let young = err
+        .node_failures()
+        .iter()
+        .filter(|f| matches!(f.kind, redfence::NodeErrorKind::Restarted { .. }))
+        .count();
+    assert!(young >= 2, "{err}");
+    assert_eq!(cluster.count_keys(LOCK_KEYS), vec![0; 3]);
+    // A TTL under the window: the guard's window is at least the longest
+    // TTL the client has asked for.
+    let guard = client
+        .lock_set(["g:a", "g:b"], secs(2))
+        .retry(Retry::new().with_max_wait(secs(20)))
+        .acquire()
+        .await
+        .unwrap();
+    assert_eq!(guard.tokens().iter().filter(|t| t.is_some()).count(), 2);
+    guard.release().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cut_off_acquires_leave_no_key() {
     let cluster = Cluster::start(3);
