@@ -104,7 +104,14 @@ impl MultiGuard {
     /// the set is held only while every resource is.
     pub fn lost(&self) -> impl Future<Output = LostLock> + Send + 'static {
         let losses: Vec<_> = self.guards.iter().map(|g| Box::pin(g.lost())).collect();
-        async move { futures::future::select_all(losses).await.0 }
+        async move {
+            if losses.is_empty() {
+                // Never made (a set has at least one resource); `select_all`
+                // would panic on it.
+                return futures::future::pending().await;
+            }
+            futures::future::select_all(losses).await.0
+        }
     }
 
     /// Extends every resource to `ttl` at once (each the mutex's extend,
