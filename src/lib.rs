@@ -108,7 +108,9 @@
 //!    ([`LockGuard`]). The family (semaphore, rwlock, multi, election, once)
 //!    goes in sibling folders here, each thin over the floors below:
 //!    `election` ([`Election`], [`Leadership`]: leader election over the
-//!    lock, its term the fencing token).
+//!    lock, its term the fencing token); `multi` ([`MultiRequest`],
+//!    [`MultiGuard`]: several resources at once, all or nothing, one
+//!    token each).
 //! 3. `lease`: what a request hands out ([`Lease`], the lost-lock signal)
 //!    and the auto-extension task (`watchdog`).
 //! 4. `protocol`: the operations over the shared state, one file each
@@ -165,6 +167,7 @@ mod election;
 mod error;
 mod lease;
 mod logic;
+mod multi;
 mod mutex;
 mod node;
 mod observe;
@@ -204,9 +207,11 @@ pub use client::Client;
 pub use election::{Election, ElectionError, Leader, Leadership, Observer};
 pub use error::failure::{FailureReason, NodeErrorKind, NodeFailure, Phase, QuorumFailure};
 pub use error::lost::{LossReason, LostLock};
+pub use error::set::ResourceSetError;
 pub use error::{ConfigError, Error};
 pub use lease::Lease;
 pub use logic::fence::FencingToken;
+pub use multi::{MultiGuard, MultiRequest};
 pub use mutex::guard::LockGuard;
 pub use mutex::request::LockRequest;
 pub use node::restart::RestartGuard;
@@ -248,6 +253,8 @@ mod tests {
         check::<super::LockRequest>();
         check::<super::Semaphore>();
         check::<super::Permit>();
+        check::<super::MultiGuard>();
+        check::<super::MultiRequest>();
         check::<super::SemaphoreRequest>();
         check::<super::RwLock>();
         check::<super::RwGuard>();

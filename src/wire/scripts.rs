@@ -233,6 +233,25 @@ pub(crate) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script {
     ..Script::new("acquire", include_str!("lua/acquire.lua"))
 });
 
+/// The all-or-nothing acquire of several resources (`multi`; DESIGN.md,
+/// section 6c), generic over N keys: every lock key is looked at first
+/// (`PTTL`), and if any is held nothing is written on this node and the
+/// reply names it (`{i}`, or `{i, PTTL}` when probed); otherwise every
+/// key is set to `value` with the TTL and every fence moves as the
+/// mutex's acquire moves it (`INCR`, seeded from the clock when absent),
+/// replying `{0, fence…}`. A fence that would reach 2^53 is an error reply
+/// before anything is set. The keys are the mutex's own (same names, same
+/// value format), so release, extend, inspect and `force_release` of each
+/// resource are the mutex's. Fences move only on a grant: a refusal
+/// writes nothing at all.
+///
+/// KEYS: n lock keys[, their n fence keys]. ARGV: value, ttl ms, seed, n,
+/// "1" to probe or "".
+pub(crate) static ACQUIRE_ALL: LazyLock<Script> = LazyLock::new(|| Script {
+    eval_when_decided: false,
+    ..Script::new("acquire-all", include_str!("lua/acquire_all.lua"))
+});
+
 /// The release script for a Redis Cluster node: sharded pub/sub
 /// (`SPUBLISH`, `PUBSUB SHARDNUMSUB`, Redis 7), so that a notice stays in
 /// the shard of its lock key. Same keys and arguments as [`RELEASE`].
@@ -259,9 +278,10 @@ pub(crate) fn sharded_scripts() -> [&'static Script; 2] {
 }
 
 /// Every script of the crate: the lock's and the fenced store's.
-fn all_scripts() -> [&'static Script; 12] {
+fn all_scripts() -> [&'static Script; 13] {
     [
         &ACQUIRE,
+        &ACQUIRE_ALL,
         &RELEASE,
         &RELEASE_LEAN,
         &QUEUE,
@@ -285,9 +305,10 @@ pub(crate) fn named_in(message: &str) -> Option<&'static Script> {
 }
 
 /// The scripts a lock's node runs, loaded by every connection's handshake.
-pub(crate) fn lock_scripts() -> [&'static Script; 10] {
+pub(crate) fn lock_scripts() -> [&'static Script; 11] {
     [
         &ACQUIRE,
+        &ACQUIRE_ALL,
         &RELEASE,
         &RELEASE_LEAN,
         &MARK,
@@ -551,6 +572,10 @@ mod tests {
         assert_eq!(
             LEAVE.commands(),
             ["LREM", "GET", "DEL", "LINDEX", "PUBLISH"]
+        );
+        assert_eq!(
+            ACQUIRE_ALL.commands(),
+            ["PTTL", "GET", "SET", "INCR", "INCRBY"]
         );
         assert_eq!(JOIN.commands(), ["RPUSH", "PEXPIRE", "PTTL", "SET"]);
         assert_eq!(MARK.commands(), ["PTTL", "SET"]);

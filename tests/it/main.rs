@@ -24,6 +24,7 @@ mod lifecycle;
 #[cfg(feature = "metrics")]
 mod metrics;
 mod modes;
+mod multi;
 mod once;
 #[cfg(feature = "postgres")]
 mod postgres;
