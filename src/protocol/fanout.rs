@@ -26,13 +26,12 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use futures::future::BoxFuture;
-use futures::stream::StreamExt;
+use futures::stream::{FuturesUnordered, StreamExt};
 
 use crate::error::failure::{NodeErrorKind, NodeFailure};
 use crate::logic::quorum::{Decision, Tally};
 use crate::node::{Node, Settled};
 use crate::observe::metrics;
-use crate::protocol::polled::Polled;
 
 type NodeFuture<T> = BoxFuture<'static, (usize, Result<T, NodeErrorKind>)>;
 
@@ -60,7 +59,7 @@ pub(crate) const fn all_nodes(n: usize) -> NodeSet {
 pub(crate) struct FanOut<T> {
     nodes: Vec<Arc<Node>>,
     settled: Settled,
-    pending: Polled<NodeFuture<T>>,
+    pending: FuturesUnordered<NodeFuture<T>>,
     answers: Vec<Option<Result<T, NodeErrorKind>>>,
     tally: Tally,
     started: Instant,
@@ -106,7 +105,7 @@ impl<T: Send + Default + 'static> FanOut<T> {
         let mut tally = Tally::new(nodes.len());
         let mut answers: Vec<Option<Result<T, NodeErrorKind>>> =
             (0..nodes.len()).map(|_| None).collect();
-        let mut pending = Polled::with_capacity(targets.count_ones() as usize);
+        let pending = FuturesUnordered::new();
         for (i, node) in nodes.iter().enumerate() {
             if targets & (1 << i) == 0 {
                 let yes = credited & (1 << i) != 0;
@@ -246,7 +245,7 @@ impl<T: Send + Default + 'static> FanOut<T> {
         }
         // Past their deadline: what they queued stays queued (and runs in
         // order); nothing more is waited for.
-        self.pending = Polled::with_capacity(0);
+        self.pending = FuturesUnordered::new();
     }
 
     /// From now on, requests that have not yet queued their command give up.

@@ -11,8 +11,7 @@
 //!
 //! Files here import downward only: `fair` uses `attempt`, `queue` and
 //! `release`; `attempt` uses `settle`, `release` and `reseed`; all use
-//! `round` and `shared`, which use `fanout` (its requests in flight:
-//! `polled`).
+//! `round` and `shared`, which use `fanout`.
 
 pub(crate) mod attempt;
 pub(crate) mod extend;
@@ -20,7 +19,6 @@ pub(crate) mod fair;
 pub(crate) mod fanout;
 pub(crate) mod inspect;
 pub(crate) mod majority_write;
-mod polled;
 pub(crate) mod queue;
 pub(crate) mod release;
 pub(crate) mod reseed;
