@@ -522,15 +522,6 @@ async fn contend(
     }
 }
 
-fn jain(counts: &[u64]) -> f64 {
-    let sum: f64 = counts.iter().map(|&c| c as f64).sum();
-    let squares: f64 = counts.iter().map(|&c| (c as f64).powi(2)).sum();
-    if squares == 0.0 {
-        return 1.0;
-    }
-    sum * sum / (counts.len() as f64 * squares)
-}
-
 fn pct(sorted: &[Duration], p: f64) -> Duration {
     if sorted.is_empty() {
         return Duration::ZERO;
@@ -583,7 +574,7 @@ fn report(rows: &[Row], secs: f64, rounds: u64) {
             r.per_acq(r.commands),
             r.per_acq(r.commands) / base_cmds,
             r.per_acq(r.attempts),
-            jain(&r.per_client),
+            common::jain(&r.per_client),
             100.0 * r.per_acq(r.overtaking),
             r.most_overtaken,
             pct(&r.waits, 0.5).as_secs_f64() * 1000.0,

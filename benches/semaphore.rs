@@ -4,13 +4,40 @@
 //! attempts (`Client::stats`) and Redis commands (every `commandstats` call
 //! on the nodes, scripts' inner calls included, after `CONFIG RESETSTAT`).
 //! The semaphore has K = 4 permits and none held: the first slot tried is
-//! free, so a permit should cost what a mutex acquire costs.
+//! free, so a permit should cost what a mutex acquire costs. The
+//! read-write lock's rows (issue 33: a read lock ≤ 1.2× a mutex acquire)
+//! take a read, and a write, of a free lock the same way.
+//!
+//! The second table is contended: T tasks, each with its own client (T
+//! hosts), loop on one semaphore of K permits: a waiting acquire, a 1 ms
+//! critical section, `release().await`. K = 2 and 4 with 2K and 8K tasks,
+//! beside the mutex's hot lock (K = 1, the fair queue, 2 and 8 tasks) and
+//! a semaphore of K = 1 (the same exclusion without the fair queue: its
+//! waiters take no turns), on 1 and 3 nodes, all in one run. Per row, in
+//! the measured window: handoffs (grants) per second, and that ÷ the
+//! mutex's hot rate (8 tasks) and ÷ K × the mutex's (what each permit
+//! serves against one lock); permits held on average (Σ grant → release
+//! returned ÷ window: at most K); Redis commands and attempts per
+//! acquisition; each acquire's wait (call → grant), p50, p99 and max,
+//! and Jain's index of the tasks' grant counts (1 = equal shares). The
+//! waits' spread is the price of the semaphore's unfair waiting
+//! (DESIGN.md, section 6a, "Waiting"). No row may see more than K holders
+//! at once (checked: an excess exits 1).
 //!
 //! `cargo bench --bench semaphore` (`REDFENCE_BENCH_SECS` sets the measured
 //! seconds per row, default 2).
 
+#[path = "common/mod.rs"]
+mod common;
+#[path = "../tests/support/process.rs"]
+mod process;
+#[path = "../tests/support/server.rs"]
+mod server;
+
 use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 struct Server {
@@ -102,10 +129,55 @@ impl Row {
     }
 }
 
+/// What a row's cycle acquires and releases.
+#[derive(Clone, Copy)]
+enum Subject<'a> {
+    Mutex,
+    Permit(&'a redfence::Semaphore),
+    Read(&'a redfence::RwLock),
+    Write(&'a redfence::RwLock),
+}
+
+impl Subject<'_> {
+    async fn cycle(self, client: &redfence::Client, ttl: Duration) {
+        match self {
+            Subject::Permit(sem) => {
+                sem.acquire(ttl)
+                    .await
+                    .expect("a free permit")
+                    .release()
+                    .await
+            }
+            Subject::Mutex => {
+                client
+                    .acquire("bench-mutex", ttl)
+                    .await
+                    .expect("a free lock")
+                    .release()
+                    .await
+            }
+            Subject::Read(rw) => {
+                rw.acquire_read(ttl)
+                    .await
+                    .expect("a free read")
+                    .release()
+                    .await
+            }
+            Subject::Write(rw) => {
+                rw.acquire_write(ttl)
+                    .await
+                    .expect("a free write")
+                    .release()
+                    .await
+            }
+        };
+    }
+}
+
 async fn slice(
     servers: &[Server],
     client: &redfence::Client,
-    semaphore: Option<&redfence::Semaphore>,
+    subject: Subject<'_>,
     secs: f64,
     row: &mut Row,
 ) {
@@ -117,23 +189,7 @@ async fn slice(
     let started = Instant::now();
     let mut cycles = 0u64;
     while started.elapsed().as_secs_f64() < secs {
-        match semaphore {
-            Some(sem) => {
-                sem.acquire(ttl)
-                    .await
-                    .expect("a free permit")
-                    .release()
-                    .await
-            }
-            None => {
-                client
-                    .acquire("bench-mutex", ttl)
-                    .await
-                    .expect("a free lock")
-                    .release()
-                    .await
-            }
-        };
+        subject.cycle(client, ttl).await;
         cycles += 1;
     }
     let nanos = started.elapsed().as_nanos();
@@ -143,6 +199,218 @@ async fn slice(
     row.nanos += nanos;
     row.attempts += client.stats().attempts - before;
     row.commands += commands;
+}
+
+/// What a contended row's tasks take.
+#[derive(Clone, Copy)]
+enum Kind {
+    /// The crate's mutex on one resource (the fair queue, the default).
+    Mutex,
+    /// A semaphore of K permits.
+    Semaphore(u32),
+}
+
+/// One task's share of a contended row, in the measured window.
+#[derive(Default)]
+struct Share {
+    grants: u64,
+    held: Duration,
+    waits: Vec<Duration>,
+}
+
+/// A contended row's totals.
+struct Hot {
+    kind: Kind,
+    tasks: usize,
+    window: Duration,
+    shares: Vec<u64>,
+    held: Duration,
+    waits: Vec<Duration>,
+    commands: u64,
+    attempts: u64,
+    most: usize,
+    errors: u64,
+}
+
+impl Hot {
+    fn grants(&self) -> u64 {
+        self.shares.iter().sum()
+    }
+    fn per_sec(&self) -> f64 {
+        self.grants() as f64 / self.window.as_secs_f64()
+    }
+    fn permits(&self) -> u32 {
+        match self.kind {
+            Kind::Mutex => 1,
+            Kind::Semaphore(k) => k,
+        }
+    }
+    /// The wait at quantile `q` (0..=1) of the sorted waits, in ms.
+    fn wait_ms(&self, q: f64) -> f64 {
+        let last = self.waits.len().saturating_sub(1);
+        let at = ((last as f64) * q).round() as usize;
+        self.waits
+            .get(at)
+            .map_or(f64::NAN, |w| w.as_secs_f64() * 1e3)
+    }
+}
+
+/// T tasks, a client each, contending for `kind` (named `name`) for a
+/// warm-up and then `secs` measured.
+async fn contended(servers: &[Server], kind: Kind, tasks: usize, secs: f64, name: &str) -> Hot {
+    let urls: Vec<String> = servers.iter().map(Server::url).collect();
+    let clients: Vec<redfence::Client> = (0..tasks)
+        .map(|_| {
+            redfence::Client::builder(urls.clone())
+                .restart_guard(redfence::RestartGuard::off())
+                .retry(redfence::Retry::new().with_max_wait(Duration::from_secs(30)))
+                .build()
+                .expect("a client")
+        })
+        .collect();
+    let ttl = Duration::from_secs(10);
+    let start = Instant::now() + Duration::from_millis(500);
+    let end = start + Duration::from_secs_f64(secs);
+    let (holding, most) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let handles: Vec<_> = clients
+        .iter()
+        .map(|client| {
+            let (client, name) = (client.clone(), name.to_owned());
+            let (holding, most) = (Arc::clone(&holding), Arc::clone(&most));
+            tokio::spawn(async move {
+                let semaphore = match kind {
+                    Kind::Semaphore(k) => Some(client.semaphore(&name, k).expect("a semaphore")),
+                    Kind::Mutex => None,
+                };
+                let (mut share, mut errors) = (Share::default(), 0u64);
+                while Instant::now() < end {
+                    let asked = Instant::now();
+                    let guard = match &semaphore {
+                        Some(s) => s.acquire(ttl).await.map(redfence::Permit::into_guard),
+                        None => client.acquire(name.as_str(), ttl).await,
+                    };
+                    let Ok(guard) = guard else {
+                        errors += 1;
+                        continue;
+                    };
+                    let granted = Instant::now();
+                    let now = holding.fetch_add(1, Ordering::SeqCst) + 1;
+                    most.fetch_max(now, Ordering::SeqCst);
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                    holding.fetch_sub(1, Ordering::SeqCst);
+                    guard.release().await;
+                    let released = Instant::now();
+                    if granted >= start && granted < end {
+                        share.grants += 1;
+                        share.held += released.min(end) - granted;
+                        share.waits.push(granted - asked);
+                    }
+                }
+                (share, errors)
+            })
+        })
+        .collect();
+    tokio::time::sleep_until(start.into()).await;
+    let (before, attempts) = tokio::task::block_in_place(|| {
+        for s in servers {
+            s.cmd(&["CONFIG", "RESETSTAT"]);
+        }
+        let attempts: u64 = clients.iter().map(|c| c.stats().attempts).sum();
+        (Instant::now(), attempts)
+    });
+    tokio::time::sleep_until(end.into()).await;
+    let (commands, attempts) = tokio::task::block_in_place(|| {
+        let commands: u64 = servers.iter().map(|s| s.calls().saturating_sub(1)).sum();
+        let after: u64 = clients.iter().map(|c| c.stats().attempts).sum();
+        (commands, after - attempts)
+    });
+    let window = end
+        .saturating_duration_since(before.min(end))
+        .max(Duration::from_millis(1));
+    let mut hot = Hot {
+        kind,
+        tasks,
+        window,
+        shares: Vec::new(),
+        held: Duration::ZERO,
+        waits: Vec::new(),
+        commands,
+        attempts,
+        most: 0,
+        errors: 0,
+    };
+    for h in handles {
+        let (share, errors) = h.await.expect("a contending task");
+        hot.shares.push(share.grants);
+        hot.held += share.held;
+        hot.waits.extend(share.waits);
+        hot.errors += errors;
+    }
+    hot.waits.sort_unstable();
+    hot.most = most.load(Ordering::SeqCst);
+    hot
+}
+
+/// The contended table: every shape on 1 and 3 nodes, in one run.
+fn contended_table(runtime: &tokio::runtime::Runtime, secs: f64) -> bool {
+    println!(
+        "\ncontended: T tasks (a client each) on one semaphore of K permits, a 1 ms critical section, {secs} s per row"
+    );
+    println!(
+        "| nodes | primitive | K | tasks | handoffs/s | ÷ mutex hot | ÷ (K × mutex hot) | permits held (avg) | Redis commands/acq | attempts/acq | wait p50 ms | p99 ms | max ms | Jain | errors |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    let shapes: [(Kind, usize); 8] = [
+        (Kind::Mutex, 2),
+        (Kind::Mutex, 8),
+        (Kind::Semaphore(1), 2),
+        (Kind::Semaphore(1), 8),
+        (Kind::Semaphore(2), 4),
+        (Kind::Semaphore(2), 16),
+        (Kind::Semaphore(4), 8),
+        (Kind::Semaphore(4), 32),
+    ];
+    let mut bounded = true;
+    for n in [1usize, 3] {
+        let servers: Vec<Server> = (0..n).map(|_| Server::start()).collect();
+        let rows: Vec<Hot> = shapes
+            .iter()
+            .enumerate()
+            .map(|(i, &(kind, tasks))| {
+                let name = format!("hot-{n}-{i}");
+                runtime.block_on(contended(&servers, kind, tasks, secs, &name))
+            })
+            .collect();
+        // The mutex's hot lock: its 8-task row.
+        let hot_rate = rows[1].per_sec();
+        for row in &rows {
+            let (name, k) = match row.kind {
+                Kind::Mutex => ("mutex (fair queue)", 1),
+                Kind::Semaphore(k) => ("semaphore", k),
+            };
+            let grants = row.grants().max(1) as f64;
+            println!(
+                "| {n} | {name} | {k} | {} | {:.0} | {:.2} | {:.2} | {:.2} | {:.1} | {:.2} | {:.1} | {:.1} | {:.1} | {:.2} | {} |",
+                row.tasks,
+                row.per_sec(),
+                row.per_sec() / hot_rate,
+                row.per_sec() / (f64::from(k) * hot_rate),
+                row.held.as_secs_f64() / row.window.as_secs_f64(),
+                row.commands as f64 / grants,
+                row.attempts as f64 / grants,
+                row.wait_ms(0.5),
+                row.wait_ms(0.99),
+                row.wait_ms(1.0),
+                common::jain(&row.shares),
+                row.errors,
+            );
+            if row.most > row.permits() as usize {
+                println!("BOUND BROKEN: {} holders of {k} permits at once", row.most);
+                bounded = false;
+            }
+        }
+    }
+    bounded
 }
 
 fn main() {
@@ -156,7 +424,7 @@ fn main() {
         .build()
         .expect("a runtime");
     println!(
-        "semaphore bench: {secs} s per row in 4 interleaved slices, one task, K = 4, none held"
+        "semaphore and rw lock bench: {secs} s per row in 4 interleaved slices, one task, K = 4, none held"
     );
     println!(
         "| nodes | row | cycles | µs/cycle | attempts/cycle | Redis commands/cycle | time ratio | commands ratio |"
@@ -170,28 +438,36 @@ fn main() {
             .build()
             .expect("a client");
         let sem = client.semaphore("bench-sem", 4).expect("a semaphore");
+        let rw = client.rw_lock("bench-rw").expect("a read-write lock");
         let (mut mutex, mut permit) = (Row::default(), Row::default());
+        let (mut read, mut write) = (Row::default(), Row::default());
         runtime.block_on(async {
             // Warm up: connections, script cache.
+            let subjects = [
+                Subject::Mutex,
+                Subject::Permit(&sem),
+                Subject::Read(&rw),
+                Subject::Write(&rw),
+            ];
             for _ in 0..50 {
-                client
-                    .acquire("bench-mutex", Duration::from_secs(10))
-                    .await
-                    .unwrap()
-                    .release()
-                    .await;
-                sem.acquire(Duration::from_secs(10))
-                    .await
-                    .unwrap()
-                    .release()
-                    .await;
+                for subject in subjects {
+                    subject.cycle(&client, Duration::from_secs(10)).await;
+                }
             }
             for _ in 0..4 {
-                slice(&servers, &client, None, secs / 4.0, &mut mutex).await;
-                slice(&servers, &client, Some(&sem), secs / 4.0, &mut permit).await;
+                let rows = [&mut mutex, &mut permit, &mut read, &mut write];
+                for (subject, row) in subjects.into_iter().zip(rows) {
+                    slice(&servers, &client, subject, secs / 4.0, row).await;
+                }
             }
         });
-        for (name, row) in [("mutex", mutex), ("semaphore permit", permit)] {
+        let rows = [
+            ("mutex", mutex),
+            ("semaphore permit", permit),
+            ("rw read lock", read),
+            ("rw write lock", write),
+        ];
+        for (name, row) in rows {
             println!(
                 "| {n} | {name} | {} | {:.1} | {:.2} | {:.2} | {:.2} | {:.2} |",
                 row.cycles,
@@ -202,5 +478,8 @@ fn main() {
                 row.per_cycle(row.commands) / mutex.per_cycle(mutex.commands),
             );
         }
+    }
+    if !contended_table(&runtime, secs) {
+        std::process::exit(1);
     }
 }

@@ -108,7 +108,9 @@
 //!    ([`LockGuard`]). The family (semaphore, rwlock, multi, election, once)
 //!    goes in sibling folders here, each thin over the floors below:
 //!    `election` ([`Election`], [`Leadership`]: leader election over the
-//!    lock, its term the fencing token).
+//!    lock, its term the fencing token); `multi` ([`MultiRequest`],
+//!    [`MultiGuard`]: several resources at once, all or nothing, one
+//!    token each).
 //! 3. `lease`: what a request hands out ([`Lease`], the lost-lock signal)
 //!    and the auto-extension task (`watchdog`).
 //! 4. `protocol`: the operations over the shared state, one file each
@@ -165,11 +167,13 @@ mod election;
 mod error;
 mod lease;
 mod logic;
+mod multi;
 mod mutex;
 mod node;
 mod observe;
 mod once;
 mod protocol;
+mod rwlock;
 mod semaphore;
 mod settings;
 mod store;
@@ -203,9 +207,11 @@ pub use client::Client;
 pub use election::{Election, ElectionError, Leader, Leadership, Observer};
 pub use error::failure::{FailureReason, NodeErrorKind, NodeFailure, Phase, QuorumFailure};
 pub use error::lost::{LossReason, LostLock};
+pub use error::set::ResourceSetError;
 pub use error::{ConfigError, Error};
 pub use lease::Lease;
 pub use logic::fence::FencingToken;
+pub use multi::{MultiGuard, MultiRequest};
 pub use mutex::guard::LockGuard;
 pub use mutex::request::LockRequest;
 pub use node::restart::RestartGuard;
@@ -215,6 +221,7 @@ pub use observe::stats::Stats;
 pub use once::{OnceError, OnceRecord, OnceStore, SingleFlight};
 pub use protocol::inspect::{ForceOutcome, ForceReleased, NodeForceRelease};
 pub use protocol::release::Released;
+pub use rwlock::{RwGuard, RwLock, RwMode, RwRequest, UpgradeError};
 pub use semaphore::{Permit, Semaphore, SemaphoreRequest};
 pub use settings::autoextend::AutoExtend;
 pub use settings::config::NodeSpec;
@@ -246,7 +253,13 @@ mod tests {
         check::<super::LockRequest>();
         check::<super::Semaphore>();
         check::<super::Permit>();
+        check::<super::MultiGuard>();
+        check::<super::MultiRequest>();
         check::<super::SemaphoreRequest>();
+        check::<super::RwLock>();
+        check::<super::RwGuard>();
+        check::<super::RwRequest>();
+        check::<super::UpgradeError>();
         check::<super::Error>();
         check::<super::Election>();
         check::<super::Leadership>();

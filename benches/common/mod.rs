@@ -617,6 +617,17 @@ impl Samples {
     }
 }
 
+/// Jain's fairness index of per-client (or per-task) counts: 1 when all
+/// are equal, 1/n when one has everything; 1 for no counts at all.
+pub fn jain(counts: &[u64]) -> f64 {
+    let sum: f64 = counts.iter().map(|&c| c as f64).sum();
+    let squares: f64 = counts.iter().map(|&c| (c as f64).powi(2)).sum();
+    if squares == 0.0 {
+        return 1.0;
+    }
+    sum * sum / (counts.len() as f64 * squares)
+}
+
 /// Nearest-rank percentile of sorted ns samples, in µs.
 pub fn pct(sorted: &[u64], p: f64) -> f64 {
     if sorted.is_empty() {

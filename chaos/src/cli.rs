@@ -9,8 +9,8 @@ use crate::nemesis::Nemesis;
 pub const USAGE: &str = "\
 usage: chaos [--nemesis all|NAME[,NAME...]] [--duration D] [--seed N]
              [--history-dir DIR] [--tasks N] [--procs N] [--proc-tasks N]
-             [--resources N] [--store KIND] [--workload KIND] [--svg DIR]
-             [--list]
+             [--resources N] [--store KIND] [--workload KIND] [--permits K]
+             [--svg DIR] [--list]
 
   --nemesis      which faults to run, in order (default all); --list names them
   --duration     how long each nemesis runs: 8s, 90s, 2m, 10m, 500ms (default 10s)
@@ -21,7 +21,8 @@ usage: chaos [--nemesis all|NAME[,NAME...]] [--duration D] [--seed N]
   --procs        worker processes (default 2; at least 1)
   --proc-tasks   worker tasks per process (default 2)
   --resources    resources the workers pick from (default 3; 1 is the hot
-                 lock: every worker contends for one resource), 1 to 16
+                 lock: every worker contends for one resource), 1 to 16;
+                 the semaphore workloads' default is 1 (8 workers for K)
   --store        where the fenced writes go: redis (default, the crate's
                  FencedStore on the data node), or mysql, postgres, sqlite
                  (the sqlx stores on a MariaDB or PostgreSQL server started
@@ -30,7 +31,14 @@ usage: chaos [--nemesis all|NAME[,NAME...]] [--duration D] [--seed N]
                  writes, release), or election (campaign, fenced writes with
                  the term while leading, resign or lose the leadership; its
                  terms are the history's grants, so the checks read: at most
-                 one leader at a time, terms strictly increasing)
+                 one leader at a time, terms strictly increasing), or
+                 semaphore (one of --permits K permits per resource, the
+                 critical section on the permit's slot; checked: never more
+                 than K holders of a semaphore at once, each slot exclusive,
+                 its tokens strictly increasing), or semaphore-overcommit
+                 (the bound's negative control: the worker processes ask
+                 for K + 1 permits, the checker must see K + 1 holders)
+  --permits      K of the semaphore workloads, 1 to 16 (default 2)
   --svg          also draw each run's timeline to DIR/<nemesis>.svg: a lane
                  per worker, its holds, the faults, every violation in red
 
@@ -50,6 +58,8 @@ pub struct Options {
     pub store: crate::sqlstore::StoreKind,
     /// What each worker does (`--workload`).
     pub workload: crate::worker::Workload,
+    /// K of the semaphore workloads (`--permits`).
+    pub permits: u32,
     /// Where each run's timeline goes, as `<nemesis>.svg`.
     pub svg: Option<PathBuf>,
     pub list: bool,
@@ -68,9 +78,11 @@ pub fn parse(args: &[String]) -> Result<Options, String> {
         resources: crate::rig::RESOURCES,
         store: crate::sqlstore::StoreKind::Redis,
         workload: crate::worker::Workload::Mutex,
+        permits: 2,
         svg: None,
         list: false,
     };
+    let mut resources_given = false;
     let mut it = args.iter();
     while let Some(flag) = it.next() {
         // `--flag=value` and `--flag value` both work.
@@ -92,9 +104,13 @@ pub fn parse(args: &[String]) -> Result<Options, String> {
             "--tasks" => o.tasks = parse_num(flag, &value()?)?,
             "--procs" => o.procs = parse_num(flag, &value()?)?,
             "--proc-tasks" => o.proc_tasks = parse_num(flag, &value()?)?,
-            "--resources" => o.resources = parse_num(flag, &value()?)?,
+            "--resources" => {
+                o.resources = parse_num(flag, &value()?)?;
+                resources_given = true;
+            }
             "--store" => o.store = crate::sqlstore::StoreKind::parse(&value()?)?,
             "--workload" => o.workload = crate::worker::Workload::parse(&value()?)?,
+            "--permits" => o.permits = parse_num(flag, &value()?)?,
             "--svg" => o.svg = Some(PathBuf::from(value()?)),
             "--list" => o.list = true,
             "-h" | "--help" => return Err(String::new()),
@@ -108,6 +124,15 @@ pub fn parse(args: &[String]) -> Result<Options, String> {
     }
     if !(1..=16).contains(&o.resources) {
         return Err("--resources must be 1 to 16".into());
+    }
+    // One semaphore unless told: every worker contends for its K permits,
+    // so the bound is under pressure all the time and a permit that runs
+    // out is taken over at once (what the pause controls need).
+    if !resources_given && o.workload.limit(o.permits).is_some() {
+        o.resources = 1;
+    }
+    if !(1..=16).contains(&o.permits) {
+        return Err("--permits must be 1 to 16".into());
     }
     if o.tasks + o.procs * o.proc_tasks > 64 {
         return Err("at most 64 workers in all".into());

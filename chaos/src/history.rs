@@ -321,7 +321,7 @@ impl<T> Found<T> {
         self.count == 0
     }
 
-    fn push(&mut self, item: T) {
+    pub(crate) fn push(&mut self, item: T) {
         self.count += 1;
         if self.first.len() < MAX_LISTED {
             self.first.push(item);

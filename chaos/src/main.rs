@@ -47,6 +47,16 @@
 //! grants (term = token), so the same checker verifies at most one leader
 //! and strictly increasing terms.
 //!
+//! With `--workload semaphore` (`worker/semaphore.rs`) each worker waits
+//! for one of `--permits` K permits of the semaphores `r0`… and runs the
+//! mutex's critical section on the permit's *slot* (its own counter and
+//! store key). A permit is recorded as a grant of its slot's resource
+//! (`r0:permit:1`) with the slot's token, so the checker's per-resource
+//! checks are each slot's exclusion and token order; `bound` adds the
+//! family's bound across slots: never more than K holders of one
+//! semaphore at once. `--workload semaphore-overcommit` is that check's
+//! negative control (the worker processes ask for K + 1 permits).
+//!
 //! ## Clock and history
 //!
 //! Every event (attempt, grant with its validity deadline, extension,
@@ -62,7 +72,9 @@
 //! (`plot`).
 //!
 //! Module map: `cli` (options), `clock` (the shared clock), `worker` (the
-//! workload, in tasks and processes), `children` (worker processes, their
+//! workloads, in tasks and processes; `worker/semaphore.rs` the
+//! semaphore's), `bound` (the bound across a group's resources: K holders
+//! of a semaphore), `children` (worker processes, their
 //! output, the worker-pause gate), `nemesis` (the schedules; its docs have
 //! the table of every nemesis; `nemesis/failover.rs` the failover's,
 //! `nemesis/sentinel.rs` the Sentinel failover's),
@@ -82,6 +94,7 @@ mod sentinel;
 #[path = "../../tests/support/server.rs"]
 mod server;
 
+mod bound;
 mod children;
 mod cli;
 mod clock;
@@ -168,7 +181,7 @@ fn suite(opts: &cli::Options) -> Result<ExitCode, BoxError> {
     let started = Instant::now();
     println!(
         "redfence chaos: seed {}, {} workload, {} nemesis run(s) of {} each; {} tasks + {} processes × {} tasks; \
-         {} resources, TTL {:?}, node timeout {:?}, max wait {:?}, restart guard window {:?}",
+         {} resources{}, TTL {:?}, node timeout {:?}, max wait {:?}, restart guard window {:?}",
         opts.seed,
         opts.workload.name(),
         opts.nemeses.len(),
@@ -177,6 +190,9 @@ fn suite(opts: &cli::Options) -> Result<ExitCode, BoxError> {
         opts.procs,
         opts.proc_tasks,
         opts.resources,
+        opts.workload
+            .limit(opts.permits)
+            .map_or(String::new(), |(limit, _)| format!(" ({limit})")),
         rig::TTL,
         rig::NODE_TIMEOUT,
         rig::MAX_WAIT,
@@ -233,7 +249,8 @@ fn suite(opts: &cli::Options) -> Result<ExitCode, BoxError> {
     );
     print!("{}", report::table(&outcomes));
     println!(
-        "\nmutual-exclusion violations: grants whose validity window began inside another holder's; \
+        "\nmutual-exclusion violations: grants whose validity window began inside another holder's \
+         (semaphore workloads: plus grants that made a semaphore's holders more than K); \
          duplicate or decreasing tokens: grants whose token was granted before, or is below one \
          known when their attempt began; \
          lost updates: acknowledged increments missing from the final counters; \

@@ -24,6 +24,7 @@ use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use crate::bound::Bounded;
 use crate::cli::show_duration;
 use crate::history::{check, holds, Event, Hold, Report, WriteOutcome};
 use crate::nemesis::{Expect, Nemesis};
@@ -35,6 +36,9 @@ pub struct Outcome {
     pub clients: String,
     pub resources: u32,
     pub report: Report,
+    /// The family's bound across resources (`bound.rs`): at most K
+    /// holders of a semaphore; `None` for the one-holder workloads.
+    pub bound: Option<Bounded>,
     /// With fencing off: the check of the history with writes ranked by
     /// grant order.
     pub ranked: Option<Report>,
@@ -193,7 +197,18 @@ pub fn judge(o: &Outcome) -> (bool, String) {
     if r.grants == 0 {
         return (false, "FAIL: nothing was granted".into());
     }
-    let overlaps = r.overlaps.count;
+    if let Some(b) = o.bound.as_ref().filter(|b| b.control) {
+        // The bound's control: clients given K + 1 permits, judged at K,
+        // whatever the nemesis does.
+        return if b.excess.is_empty() {
+            (false, "FAIL: control showed no holders above K".into())
+        } else {
+            (true, "PASS (violation shown)".into())
+        };
+    }
+    // Holders above a semaphore's K break its exclusion as two holders of
+    // a lock do: one count, one column.
+    let overlaps = r.overlaps.count + excess(o);
     // A token granted twice, or below one known before, is as much a
     // broken lock as two holders: a fenced store would take the second
     // holder's writes (the failover control's violation).
@@ -274,6 +289,11 @@ pub fn judge(o: &Outcome) -> (bool, String) {
     }
 }
 
+/// Grants above the family's bound (0 for the one-holder workloads).
+fn excess(o: &Outcome) -> u64 {
+    o.bound.as_ref().map_or(0, |b| b.excess.count)
+}
+
 fn ms(ns: u64) -> String {
     format!("{:.0} ms", ns as f64 / 1e6)
 }
@@ -314,14 +334,17 @@ pub fn table(outcomes: &[Outcome]) -> String {
             o.clients,
             o.resources,
             r.grants,
-            r.overlaps.count,
+            r.overlaps.count + excess(o),
             r.duplicate_tokens.count + r.token_inversions.count,
             lost_updates(r),
             stale_accepted(o),
             r.writes_rejected,
             availability,
             recovery,
-            o.nemesis.expect().label(),
+            match &o.bound {
+                Some(b) if b.control => "above K (control)",
+                _ => o.nemesis.expect().label(),
+            },
             verdict,
         );
     }
@@ -362,6 +385,16 @@ pub fn details(o: &Outcome) -> String {
     let _ = writeln!(s, "  faults injected: {}", o.injected);
     for line in r.to_string().lines() {
         let _ = writeln!(s, "  | {line}");
+    }
+    if let Some(b) = &o.bound {
+        let _ = writeln!(
+            s,
+            "  bound ({}): {} grant(s) above it; most holders of one at once: {}",
+            b.limit, b.excess.count, b.most
+        );
+        for e in b.excess.first.iter().take(3) {
+            let _ = writeln!(s, "    - {e}");
+        }
     }
     if let Some(ranked) = &o.ranked {
         let _ = writeln!(
@@ -432,6 +465,7 @@ mod tests {
             clients: "4 + 2×2".into(),
             resources: 1,
             report: check(events),
+            bound: None,
             ranked: None,
             late: late(events),
             last_grant_ns: None,
@@ -461,5 +495,50 @@ mod tests {
             row.contains("| failover-noguard | 4s | 4 + 2×2 | 1 | 2 | 0 | 1 | 0 |"),
             "{row}"
         );
+    }
+
+    /// Three permits of two slots' semaphore at once: each slot's own
+    /// windows are clean, so only the bound makes the row fail (safe
+    /// nemesis) or pass (the overcommit control, whatever the nemesis).
+    #[test]
+    fn holders_above_k_fail_a_safe_row_and_pass_the_overcommit_control() {
+        let slot = |lease: u64, slot: u32, at_ns: u64| Event::Grant {
+            worker: lease as u32,
+            resource: format!("s:permit:{slot}"),
+            lease,
+            start_ns: at_ns - 1,
+            at_ns,
+            valid_until_ns: at_ns + 100,
+            token: Some(1),
+        };
+        let three = [slot(1, 0, 10), slot(2, 1, 20), slot(3, 2, 30)];
+        let two = &three[..2];
+        let judged = |events: &[Event], nemesis, control| {
+            let mut o = outcome(nemesis, events);
+            o.bound = Some(crate::bound::check(
+                events,
+                crate::bound::Limit::Permits(2),
+                control,
+            ));
+            o
+        };
+        let row = judged(&three, Nemesis::Pause, false);
+        assert_eq!(row.report.overlaps.count, 0, "each slot alone is clean");
+        let (pass, why) = judge(&row);
+        assert!(!pass && why == "FAIL: overlapping holders", "{why}");
+        assert!(
+            table(&[row]).contains("| pause | 4s | 4 + 2×2 | 1 | 3 | 1 | 0 |"),
+            "the column counts the grant above K"
+        );
+        assert!(judge(&judged(two, Nemesis::Pause, false)).0);
+        let (pass, why) = judge(&judged(&three, Nemesis::Pause, true));
+        assert!(pass && why == "PASS (violation shown)", "{why}");
+        let control = judged(two, Nemesis::KillAof, true);
+        let (pass, why) = judge(&control);
+        assert!(
+            !pass && why == "FAIL: control showed no holders above K",
+            "{why}"
+        );
+        assert!(table(&[control]).contains("| above K (control) |"));
     }
 }

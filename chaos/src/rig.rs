@@ -23,6 +23,7 @@ use tokio::runtime::Runtime;
 
 use crate::sqlstore::{DataStore, StoreSpec};
 
+use crate::bound;
 use crate::children::Children;
 use crate::cli::Options;
 use crate::clock::{nanos, Clock};
@@ -163,6 +164,7 @@ pub fn run(
         node_timeout: NODE_TIMEOUT,
         max_wait: MAX_WAIT,
         resources: opts.resources,
+        permits: opts.permits,
         fencing: nemesis.fencing(),
         guard: nemesis.restart_guard().then_some(window),
         reconnect_backoff_max: nemesis
@@ -241,7 +243,8 @@ pub fn run(
     // Every worker has stopped; an increment still in flight would have
     // timed out by now.
     thread::sleep(Duration::from_millis(100));
-    for e in rt.block_on(final_counters(&data.url(), opts.resources, &writer)) {
+    let counters = setup.lock.counters();
+    for e in rt.block_on(final_counters(&data.url(), counters, &writer)) {
         errors.push(e);
     }
     writer.flush()?;
@@ -250,6 +253,10 @@ pub fn run(
     }
     let events = history::read(&path)?;
     let report = history::check(&events);
+    let bound = opts
+        .workload
+        .limit(opts.permits)
+        .map(|(limit, control)| bound::check(&events, limit, control));
     if let Some(dir) = &opts.svg {
         let title = format!(
             "{} (seed {}, {} workload, {}, {} resource(s)): {}",
@@ -272,6 +279,7 @@ pub fn run(
         clients: format!("{} + {}×{}", opts.tasks, opts.procs, opts.proc_tasks),
         resources: opts.resources,
         report,
+        bound,
         ranked,
         late,
         failures: report::failures(&events),
@@ -330,13 +338,13 @@ async fn run_tasks(setup: Arc<Setup>, opts: &Options, seed: u64) -> Vec<String> 
 }
 
 /// Records each counter's final value.
-async fn final_counters(url: &str, resources: u32, writer: &Writer) -> Vec<String> {
+async fn final_counters(url: &str, counters: u32, writer: &Writer) -> Vec<String> {
     let mut conn = match worker::data_connection(url).await {
         Ok(c) => c,
         Err(e) => return vec![format!("reading the final counters: {e}")],
     };
     let mut errors = Vec::new();
-    for r in 0..resources {
+    for r in 0..counters {
         let counter = worker::counter_key(r);
         let value: Result<redis::RedisResult<Option<i64>>, _> =
             tokio::time::timeout(worker::DATA_TIMEOUT, conn.get(&counter)).await;

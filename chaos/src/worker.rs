@@ -21,9 +21,12 @@ use crate::sqlstore::{DataStore, StoreSpec};
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncCommands, AsyncConnectionConfig};
 
+use crate::bound::Limit;
 use crate::clock::Clock;
 use crate::history::{Event, Writer};
 use crate::BoxError;
+
+mod semaphore;
 
 /// Every call the workload makes to the data node is bounded by this (the
 /// lock's own calls are bounded by the library). The data node is never
@@ -47,6 +50,13 @@ pub enum Workload {
     /// Campaign in an election, fenced writes with the term while leading,
     /// resign (or lose the leadership).
     Election,
+    /// Acquire one of K permits of a semaphore (`--permits`), a critical
+    /// section on the slot's counter and store key, release (or let it
+    /// run out); see `worker/semaphore.rs`.
+    Semaphore,
+    /// The semaphore's negative control: the worker processes' clients
+    /// ask for K + 1 permits, the checker bounds at K.
+    SemaphoreOvercommit,
 }
 
 impl Workload {
@@ -54,6 +64,8 @@ impl Workload {
         match self {
             Workload::Mutex => "mutex",
             Workload::Election => "election",
+            Workload::Semaphore => "semaphore",
+            Workload::SemaphoreOvercommit => "semaphore-overcommit",
         }
     }
 
@@ -61,7 +73,22 @@ impl Workload {
         match s {
             "mutex" => Ok(Workload::Mutex),
             "election" => Ok(Workload::Election),
-            _ => Err(format!("--workload {s:?}: expected mutex or election")),
+            "semaphore" => Ok(Workload::Semaphore),
+            "semaphore-overcommit" => Ok(Workload::SemaphoreOvercommit),
+            _ => Err(format!(
+                "--workload {s:?}: expected mutex, election, semaphore or semaphore-overcommit"
+            )),
+        }
+    }
+
+    /// The bound the run is judged against beyond each resource's own
+    /// checks (`bound.rs`), and whether it is the bound's negative
+    /// control; `None` for the one-holder workloads.
+    pub fn limit(self, permits: u32) -> Option<(Limit, bool)> {
+        match self {
+            Workload::Mutex | Workload::Election => None,
+            Workload::Semaphore => Some((Limit::Permits(permits), false)),
+            Workload::SemaphoreOvercommit => Some((Limit::Permits(permits), true)),
         }
     }
 }
@@ -75,6 +102,8 @@ pub struct LockConfig {
     /// Bound on one waiting acquire.
     pub max_wait: Duration,
     pub resources: u32,
+    /// K of the semaphore workloads (`--permits`).
+    pub permits: u32,
     /// Whether the workers' writes carry their token (or term). The
     /// election needs tokens, so with `Workload::Election` the client keeps
     /// fencing on and `false` means a leader that ignores its term (plain
@@ -252,6 +281,9 @@ pub async fn run(id: u32, style: Style, seed: u64, setup: Arc<Setup>) -> Result<
         let granted = match s.lock.workload {
             Workload::Mutex => w.attempt(resource, lease, &client).await,
             Workload::Election => w.campaign(resource, lease, &client).await,
+            Workload::Semaphore | Workload::SemaphoreOvercommit => {
+                w.permit_round(resource, lease, &client).await
+            }
         };
         if !granted {
             // A quick failure (nodes refusing connections) must not spin.
@@ -293,34 +325,48 @@ impl Worker {
         let start_ns = self.now();
         // The library bounds the wait by `max_wait` plus one attempt; the
         // outer bound only guards the rig against a bug there.
-        let outcome = tokio::time::timeout(lock.max_wait * 2, request.acquire()).await;
-        let end_ns = self.now();
-        let (guard, reason) = match outcome {
-            Ok(Ok(guard)) => (Some(guard), None),
-            Ok(Err(e)) => (None, Some(short_reason(&e))),
-            Err(_) => (None, Some("rig timeout".to_owned())),
+        let outcome = match tokio::time::timeout(lock.max_wait * 2, request.acquire()).await {
+            Ok(Ok(guard)) => Ok((name.clone(), guard)),
+            Ok(Err(e)) => Err(short_reason(&e)),
+            Err(_) => Err("rig timeout".to_owned()),
         };
+        self.settle(name, start_ns, outcome, resource, lease).await
+    }
+
+    /// Records a waiting acquire of `asked` begun at `start_ns` and, when
+    /// it got `guard` on resource `held` (the lock's own, or a permit's
+    /// slot), the grant and the hold, whose critical sections use counter
+    /// and store key `cell`. Returns whether it was granted.
+    async fn settle(
+        &mut self,
+        asked: String,
+        start_ns: u64,
+        outcome: Result<(String, LockGuard), String>,
+        cell: u32,
+        lease: u64,
+    ) -> bool {
+        let end_ns = self.now();
         self.record(Event::Attempt {
             worker: self.id,
-            resource: name.clone(),
+            resource: asked,
             start_ns,
             end_ns,
-            granted: guard.is_some(),
-            reason,
+            granted: outcome.is_ok(),
+            reason: outcome.as_ref().err().cloned(),
         });
-        let Some(guard) = guard else {
+        let Ok((held, guard)) = outcome else {
             return false;
         };
         self.record(Event::Grant {
             worker: self.id,
-            resource: name,
+            resource: held,
             lease,
             start_ns,
             at_ns: end_ns,
             valid_until_ns: self.setup.clock.ns_of(guard.valid_until()),
             token: guard.token().map(|t| t.get()),
         });
-        self.hold(guard, resource, lease).await;
+        self.hold(guard, cell, lease).await;
         true
     }
 
@@ -614,6 +660,7 @@ impl ProcArgs {
             ("node-timeout-ms", ms(l.node_timeout)),
             ("max-wait-ms", ms(l.max_wait)),
             ("resources", l.resources.to_string()),
+            ("permits", l.permits.to_string()),
             ("fencing", l.fencing.to_string()),
             ("guard-ms", l.guard.map_or("off".to_owned(), ms)),
             (
@@ -664,6 +711,7 @@ impl ProcArgs {
                 node_timeout: ms("node-timeout-ms")?,
                 max_wait: ms("max-wait-ms")?,
                 resources: num("resources", get("resources")?)?,
+                permits: num("permits", get("permits")?)?,
                 fencing: num("fencing", get("fencing")?)?,
                 guard,
                 reconnect_backoff_max,

@@ -49,8 +49,9 @@ fn a_usage_error_exits_2_with_one_error_line_and_no_panic() {
         ),
         (
             &["--workload", "queue"][..],
-            "--workload \"queue\": expected mutex or election",
+            "--workload \"queue\": expected mutex, election, semaphore or",
         ),
+        (&["--permits", "0"][..], "--permits must be 1 to 16"),
     ] {
         let out = chaos(args);
         assert_eq!(out.status.code(), Some(2), "{args:?}: {out:?}");

@@ -230,14 +230,21 @@ Exit status:
 /// `redfence status`.
 #[derive(Debug, ClapArgs)]
 #[command(
-    after_help = "Example: redfence status nightly-dedup invoices --json\n\n\
+    after_help = "Example: redfence status nightly-dedup invoices --json\n         redfence status --permits 3 backup\n\n\
 Exit status: 0 when every resource was read, 69 when fewer than a majority of nodes \
 answered for one, 2 on a usage error."
 )]
 pub(crate) struct Status {
-    /// The resources to inspect.
+    /// The resources to inspect (with --permits, the semaphores).
     #[arg(required = true)]
     pub(crate) resources: Vec<String>,
+    /// Show each RESOURCE as a semaphore of K permits: every slot
+    /// (RESOURCE:permit:0 … K-1), held or free, its holder's client tag, on
+    /// how many nodes, the time it stays held for at least, and the slot's
+    /// fence (at least its holder's token: the token of the next holder of
+    /// the slot is larger). Give the K the holders use.
+    #[arg(long, value_name = "K")]
+    pub(crate) permits: Option<u32>,
     /// JSON output (one array, one object per resource).
     #[arg(long)]
     pub(crate) json: bool,

@@ -5,7 +5,8 @@
 //!
 //! Files: `cli` (the arguments, their help and the exit statuses), `exec`
 //! (the lock's lifecycle around a child process), `elect` (the same
-//! around a leadership), `status`, `doctor`,
+//! around a leadership), `status` (`semaphore_status`: its `--permits`
+//! view), `doctor`,
 //! `release`, `bench` (one subcommand each), `duration` (parsing and
 //! showing `30s`, `500ms`, `2m`).
 
@@ -16,6 +17,7 @@ mod duration;
 mod elect;
 mod exec;
 mod release;
+mod semaphore_status;
 mod status;
 
 use std::io::Write as _;

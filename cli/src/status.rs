@@ -13,6 +13,9 @@ pub(crate) async fn run(common: &Common, args: Status) -> i32 {
         Ok(client) => client,
         Err(code) => return code,
     };
+    if let Some(permits) = args.permits {
+        return crate::semaphore_status::run(&client, permits, &args.resources, args.json).await;
+    }
     let mut inspections = Vec::new();
     for resource in &args.resources {
         match client.inspect(resource).await {
@@ -39,7 +42,7 @@ pub(crate) async fn run(common: &Common, args: Status) -> i32 {
     }
 }
 
-fn holder(h: &Holder) -> String {
+pub(crate) fn holder(h: &Holder) -> String {
     match h {
         Holder::Us => "this client".into(),
         Holder::Other { tag: Some(tag) } => tag.clone(),
@@ -88,14 +91,20 @@ fn print_table(i: &Inspection) {
             ]
         })
         .collect();
-    let header = ["NODE", "ADDRESS", "HOLDER", "TTL", "FENCE"].map(str::to_owned);
+    print_rows(["NODE", "ADDRESS", "HOLDER", "TTL", "FENCE"], &rows);
+}
+
+/// Prints `header` and `rows` indented, each column as wide as its widest
+/// cell: the tables of every `status` view.
+pub(crate) fn print_rows<const N: usize>(header: [&str; N], rows: &[[String; N]]) {
+    let header = header.map(str::to_owned);
     let mut widths = header.clone().map(|h| h.len());
-    for row in &rows {
+    for row in rows {
         for (w, cell) in widths.iter_mut().zip(row) {
             *w = (*w).max(cell.len());
         }
     }
-    for row in std::iter::once(&header).chain(&rows) {
+    for row in std::iter::once(&header).chain(rows) {
         let line: Vec<String> = row
             .iter()
             .zip(widths)

@@ -230,3 +230,126 @@ fn exec_permits_passes_the_slot_and_refuses_k_zero() {
     assert_eq!(out.status.code(), Some(2), "{out:?}");
     assert!(String::from_utf8_lossy(&out.stderr).contains("invalid number of permits 0"));
 }
+
+/// `redfence status --permits K NAME`: two `exec --permits 3` processes
+/// hold two slots; status lists every slot, the two held with a holder's
+/// tag, the time left within the TTL and the slot's fence (at least the
+/// token each command was given), the third free; after the holders exit,
+/// all three free. K = 0 is a usage error.
+#[test]
+fn status_lists_a_semaphores_slots_and_their_holders() {
+    let cluster = Cluster::start(3);
+    let dir = TempDir::new("cli-semaphore-status");
+    fs::create_dir_all(dir.path()).unwrap();
+    let mut holders = Vec::new();
+    let mut held: HashMap<u32, u64> = HashMap::new();
+    for i in 0..2 {
+        let file = dir.join(&format!("holder{i}"));
+        let script = format!(
+            "echo \"$REDFENCE_SLOT $REDFENCE_TOKEN\" > {}.tmp && mv {0}.tmp {0}; sleep 30",
+            file.display()
+        );
+        let child = redfence(&cluster.urls())
+            .args([
+                "exec",
+                "--permits",
+                "3",
+                "--ttl",
+                "30s",
+                "backup",
+                "--",
+                "sh",
+                "-c",
+                &script,
+            ])
+            .spawn()
+            .unwrap();
+        holders.push(child);
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        while !file.exists() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "no permit for holder {i}"
+            );
+            thread::sleep(Duration::from_millis(20));
+        }
+        let text = fs::read_to_string(&file).unwrap();
+        let (slot, token) = text.trim().split_once(' ').expect("slot and token");
+        held.insert(slot.parse().unwrap(), token.parse().unwrap());
+    }
+    assert_eq!(held.len(), 2, "two slots: {held:?}");
+    let status = |args: &[&str]| {
+        finish(
+            redfence(&cluster.urls())
+                .arg("status")
+                .args(args)
+                .spawn()
+                .unwrap(),
+            Duration::from_secs(30),
+        )
+    };
+
+    let out = status(&["--permits", "3", "backup"]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(text.starts_with("backup: 2 of 3 permits held\n"), "{text}");
+    for slot in 0..3u32 {
+        let prefix = format!("  {slot}     backup:permit:{slot}  ");
+        let row = text
+            .lines()
+            .find(|l| l.starts_with(&prefix))
+            .unwrap_or_else(|| panic!("no row for slot {slot}: {text}"));
+        let cells: Vec<&str> = row.split_whitespace().collect();
+        // SLOT RESOURCE HOLDER NODES TTL FENCE
+        assert_eq!(cells.len(), 6, "{row}");
+        match held.get(&slot) {
+            Some(&token) => {
+                assert_eq!(cells[2].len(), 16, "a client tag: {row}");
+                assert!(cells[2].chars().all(|c| c.is_ascii_hexdigit()), "{row}");
+                assert!(cells[4].ends_with('s'), "a time left: {row}");
+                assert!(cells[5].parse::<u64>().unwrap() >= token, "{row}");
+            }
+            None => assert_eq!(&cells[2..5], ["free", "0/3", "-"], "{row}"),
+        }
+    }
+
+    let out = status(&["--permits", "3", "--json", "backup"]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let sem = &json[0];
+    assert_eq!(
+        (sem["semaphore"].as_str(), sem["permits"].as_u64()),
+        (Some("backup"), Some(3))
+    );
+    assert_eq!(sem["held"], 2, "{sem}");
+    for slot in 0..3u32 {
+        let s = &sem["slots"][slot as usize];
+        assert_eq!(s["resource"], format!("backup:permit:{slot}"), "{s}");
+        match held.get(&slot) {
+            Some(&token) => {
+                assert_eq!(s["held"], true, "{s}");
+                assert!(s["holder"].as_str().is_some_and(|t| t.len() == 16), "{s}");
+                let ttl = s["valid_for_at_least_ms"].as_u64().unwrap();
+                assert!(ttl > 0 && ttl <= 30_000, "{s}");
+                assert!(s["fence"].as_u64().unwrap() >= token, "{s}");
+            }
+            None => assert!(s["held"] == false && s["holder"].is_null(), "{s}"),
+        }
+    }
+
+    // The holders end (SIGTERM, forwarded to their commands): they
+    // release, and every slot reads free.
+    for child in holders {
+        let _ = Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status();
+        finish(child, Duration::from_secs(30));
+    }
+    let out = status(&["--permits", "3", "backup"]);
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(text.starts_with("backup: 0 of 3 permits held\n"), "{text}");
+
+    let out = status(&["--permits", "0", "backup"]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("invalid number of permits 0"));
+}

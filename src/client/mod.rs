@@ -19,6 +19,7 @@ use crate::error::Error;
 use crate::lease::Lease;
 use crate::logic::quorum::quorum;
 use crate::logic::resource::fence_key;
+use crate::multi::{MultiGuard, MultiRequest};
 use crate::mutex::guard::LockGuard;
 use crate::mutex::request::LockRequest;
 use crate::observe::inspect::Inspection;
@@ -27,6 +28,7 @@ use crate::once::SingleFlight;
 use crate::protocol::inspect::ForceReleased;
 use crate::protocol::release::release_orphan;
 use crate::protocol::shared::Shared;
+use crate::rwlock::RwLock;
 use crate::semaphore::Semaphore;
 
 /// A handle to a set of independent Redis masters. Cheap to clone (one
@@ -221,5 +223,75 @@ impl Client {
     /// empty name or one too long for its slots' names. Nothing is sent.
     pub fn semaphore(&self, name: &str, permits: u32) -> Result<Semaphore, Error> {
         Semaphore::new(Arc::clone(&self.shared), name, permits)
+    }
+
+    /// The read-write lock named `name`: many readers or one writer,
+    /// writers first, each hold with a fencing token that orders writes
+    /// after every earlier read and write. See [`RwLock`]. Fails with
+    /// [`Error::InvalidResource`] for an empty name or one longer than
+    /// 1024 bytes. Nothing is sent.
+    pub fn rw_lock(&self, name: &str) -> Result<RwLock, Error> {
+        RwLock::new(Arc::clone(&self.shared), name)
+    }
+
+    /// Starts a multi-resource lock request on `resources` with lease
+    /// `ttl`, to configure (retry, auto-extension) before acquiring: every
+    /// resource held at once, all or nothing, each with its own fencing
+    /// token. See [`MultiRequest`] and [`MultiGuard`]. Nothing is checked
+    /// or sent until acquired.
+    pub fn lock_set<I, S>(&self, resources: I, ttl: Duration) -> MultiRequest
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        let resources: Vec<String> = resources.into_iter().map(Into::into).collect();
+        MultiRequest::new(Arc::clone(&self.shared), resources.into(), ttl)
+    }
+
+    /// Acquires every resource of `resources` for `ttl`, all or nothing,
+    /// waiting under the client's retry policy; see
+    /// [`MultiRequest::acquire`]. Fails with [`Error::NotAcquired`], or
+    /// [`Error::InvalidResourceSet`] for an empty set, more than
+    /// [`MAX_RESOURCES`](crate::limits::MAX_RESOURCES), a resource given
+    /// twice, or (with a Redis Cluster node) resources in different hash
+    /// slots.
+    pub async fn lock_all<I, S>(&self, resources: I, ttl: Duration) -> Result<MultiGuard, Error>
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.lock_set(resources, ttl).acquire().await
+    }
+
+    /// One all-or-nothing attempt, no waiting: `Ok(None)` when another
+    /// owner holds any of the resources (nothing is taken); see
+    /// [`MultiRequest::try_acquire`].
+    pub async fn try_lock_all<I, S>(
+        &self,
+        resources: I,
+        ttl: Duration,
+    ) -> Result<Option<MultiGuard>, Error>
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.lock_set(resources, ttl).try_acquire().await
+    }
+
+    /// Acquires every resource, runs `f` with one lease per resource (in
+    /// the order given), then releases them all; see [`MultiRequest::run`].
+    pub async fn with_all<I, S, F, Fut, T>(
+        &self,
+        resources: I,
+        ttl: Duration,
+        f: F,
+    ) -> Result<T, Error>
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+        F: FnOnce(Vec<Lease>) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        self.lock_set(resources, ttl).run(f).await
     }
 }

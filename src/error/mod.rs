@@ -3,12 +3,14 @@
 
 pub(crate) mod failure;
 pub(crate) mod lost;
+pub(crate) mod set;
 
 use std::fmt;
 use std::time::Duration;
 
 use crate::error::failure::{FailureReason, NodeFailure, QuorumFailure};
 use crate::error::lost::LostLock;
+use crate::error::set::ResourceSetError;
 
 /// A configuration problem found by [`Builder::build`](crate::Builder::build).
 #[derive(Debug, thiserror::Error)]
@@ -177,6 +179,11 @@ pub enum Error {
         /// Why it was refused.
         reason: &'static str,
     },
+    /// The set of resources given to a multi-resource lock
+    /// ([`Client::lock_all`](crate::Client::lock_all)) is empty, too large,
+    /// names a resource twice, or cannot be locked atomically on a Redis
+    /// Cluster node. Nothing was sent.
+    InvalidResourceSet(ResourceSetError),
 }
 
 impl fmt::Display for Error {
@@ -193,6 +200,7 @@ impl fmt::Display for Error {
             Error::InvalidPermits { permits, reason } => {
                 write!(f, "invalid number of permits {permits}: {reason}")
             }
+            Error::InvalidResourceSet(e) => write!(f, "invalid set of resources: {e}"),
         }
     }
 }

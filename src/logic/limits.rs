@@ -43,3 +43,10 @@ pub const DEFAULT_STORE_TIMEOUT: Duration = Duration::from_secs(1);
 /// specifies: drift = TTL × factor + 2 ms. The 2 ms cover the granularity of
 /// Redis expiry (milliseconds) on both ends.
 pub const DRIFT_CONSTANT: Duration = Duration::from_millis(2);
+
+/// Most resources one multi-resource lock
+/// ([`Client::lock_all`](crate::Client::lock_all)) takes: each is two keys
+/// (its lock and its fence) of one script call per node, and the script
+/// holds the node for the whole set. Meant for a handful (the two accounts
+/// of a transfer); 64 leaves room.
+pub const MAX_RESOURCES: usize = 64;

@@ -132,7 +132,10 @@ pub(crate) fn fence_keys(prefix: &str) -> Vec<Arc<str>> {
     (0..FENCE_BUCKETS).map(|b| bucket_key(prefix, b)).collect()
 }
 
-fn key(prefix: &str, kind: &str, resource: &str, layout: Layout) -> Arc<str> {
+/// The key of `kind` for `resource`: `{prefix}{kind}{resource}`, with the
+/// resource's fence bucket as hash tag after the kind in the tagged layout.
+/// The family's own kinds (`rwlock::keys`) are named through it too.
+pub(crate) fn key(prefix: &str, kind: &str, resource: &str, layout: Layout) -> Arc<str> {
     use std::fmt::Write as _;
     let mut key = String::with_capacity(prefix.len() + kind.len() + resource.len() + 6);
     key.push_str(prefix);

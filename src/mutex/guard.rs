@@ -248,6 +248,25 @@ impl LockGuard {
     }
 }
 
+impl LockGuard {
+    /// Gives the hold up without releasing it: stops the watchdog, records
+    /// the lease as released (its `lost()` resolves) and hands back what
+    /// the lock needs to be released (`Lease::held`), which the caller now
+    /// owns. A
+    /// read-write lock's downgrade converts the writer's keys into a
+    /// reader's this way (`rwlock::convert`). Cancel-safe: cut off while
+    /// the watchdog stops, the guard is dropped and releases as usual.
+    pub(crate) async fn disown(mut self) -> Lease {
+        if let Some(watchdog) = self.watchdog.as_mut() {
+            watchdog.stop().await;
+        }
+        self.watchdog = None;
+        self.released = true;
+        self.lease.lose(LossReason::Released, None);
+        self.lease.clone()
+    }
+}
+
 impl Drop for LockGuard {
     fn drop(&mut self) {
         if self.released {

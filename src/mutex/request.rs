@@ -12,6 +12,7 @@ use tracing::field::{self, Empty};
 use tracing::{Instrument, Span};
 
 use crate::error::failure::QuorumFailure;
+use crate::error::lost::LostLock;
 use crate::error::Error;
 use crate::lease::Lease;
 use crate::logic::quorum::quorum;
@@ -21,6 +22,7 @@ use crate::observe::metrics;
 use crate::protocol::attempt::{attempt, attempt_outside, probe};
 use crate::protocol::fair::{holder_expiry, hopeless, log_failure, wait_fair, Fair, EXPIRY_SPREAD};
 use crate::protocol::queue::mark_waiting;
+use crate::protocol::release::Released;
 use crate::protocol::shared::{Grant, Shared, Target};
 use crate::settings::autoextend::{AutoExtend, Schedule};
 use crate::settings::retry::{jitter, Retry};
@@ -538,9 +540,33 @@ where
     Fut: Future<Output = T>,
 {
     let lease = guard.lease();
-    let work = AssertUnwindSafe(f(lease.clone())).catch_unwind();
+    let lost = lease.lost();
+    run_scoped(lease, lost, cancel_on_loss, f, || async move {
+        note_release(&guard.release().await);
+    })
+    .await
+}
+
+/// [`run_holding`] for any hold: `f` gets `view`, is cancelled when `lost`
+/// resolves if `cancel_on_loss`, and `release` runs after it, also when
+/// `f` panics (resumed after the release). A multi-resource lock's scoped
+/// form passes every resource's lease and the first loss among them.
+pub(crate) async fn run_scoped<V, L, F, Fut, T, R, RFut>(
+    view: V,
+    lost: L,
+    cancel_on_loss: bool,
+    f: F,
+    release: R,
+) -> Result<T, Error>
+where
+    L: Future<Output = LostLock>,
+    F: FnOnce(V) -> Fut,
+    Fut: Future<Output = T>,
+    R: FnOnce() -> RFut,
+    RFut: Future<Output = ()>,
+{
+    let work = AssertUnwindSafe(f(view)).catch_unwind();
     let outcome = if cancel_on_loss {
-        let lost = lease.lost();
         tokio::pin!(work);
         tokio::select! {
             // A finished `f` wins a tie: its result is not thrown away.
@@ -551,18 +577,22 @@ where
     } else {
         Ok(work.await)
     };
-    let released = guard.release().await;
+    release().await;
+    match outcome {
+        Ok(Ok(value)) => Ok(value),
+        Ok(Err(panic)) => std::panic::resume_unwind(panic),
+        Err(lost) => Err(Error::LockLost(Box::new(lost))),
+    }
+}
+
+/// Logs a scoped form's release that a majority did not confirm.
+pub(crate) fn note_release(released: &Released) {
     if released.confirmed + released.handed_over < released.nodes {
         tracing::debug!(
             confirmed = released.confirmed,
             nodes = released.nodes,
             "release not confirmed everywhere"
         );
-    }
-    match outcome {
-        Ok(Ok(value)) => Ok(value),
-        Ok(Err(panic)) => std::panic::resume_unwind(panic),
-        Err(lost) => Err(Error::LockLost(Box::new(lost))),
     }
 }
 

@@ -231,6 +231,7 @@ mod imp {
             Error::LockLost(_) => "LockLost",
             Error::InvalidAutoExtend { .. } => "InvalidAutoExtend",
             Error::InvalidPermits { .. } => "InvalidPermits",
+            Error::InvalidResourceSet(_) => "InvalidResourceSet",
         }
     }
 

@@ -17,7 +17,7 @@ use crate::protocol::fanout::{all_nodes, node_set, FanOut, NodeSet};
 use crate::protocol::shared::{Held, Shared};
 use crate::waiting::pregrant::{HandedOver, Home as QueueHome, Orphan};
 use crate::wire::commands::parse_flag;
-use crate::wire::scripts::RELEASE;
+use crate::wire::scripts::{RELEASE, RELEASE_LEAN};
 
 /// What a successful release reports.
 #[derive(Debug, Clone)]
@@ -299,71 +299,40 @@ fn start_release(shared: &Shared, held: &Held, notice_id: String, step: &Step<'_
     let db0 = shared.nodes.first().map_or(0, |n| n.db());
     let channel0: Arc<str> = notice_channel(&held.key, db0).into();
     let by_hash: &[u8] = if step.by_hash { b"sha1" } else { b"" };
-    let evalsha0 = Arc::new(RELEASE.evalsha(
-        &[&held.key, &held.home.marker],
-        &[
-            held.value.as_bytes(),
-            notice.as_bytes(),
-            channel0.as_bytes(),
-            by_hash,
-        ],
-    ));
+    // Not at all when the home is the only node asked (one node).
+    let home_only = held.granted && step.targets & !node_set([held.home.index]) == 0;
+    let evalsha0 = (!home_only).then(|| {
+        Arc::new(RELEASE.evalsha(
+            &[&held.key, &held.home.marker],
+            &[
+                held.value.as_bytes(),
+                notice.as_bytes(),
+                channel0.as_bytes(),
+                by_hash,
+            ],
+        ))
+    });
     // The home node's release also tends the fair queue: it takes out this
     // holder's ticket if it is still there and names the next waiter's
     // (the new head, left in place until that holder's release). Only a
     // granted lock's release does: a failed attempt's cleanup frees
-    // nothing that waiters are owed.
+    // nothing that waiters are owed. When this client knows of nothing
+    // to tend there (no ticket, no handover, none of its tasks waits for
+    // the resource), the lean script goes first and the full one only if
+    // the resource turns out to be waited for (issue 32).
     let home = held.granted.then(|| {
-        let ticket = held.ticket.as_deref().unwrap_or("");
         let db = shared.nodes.get(held.home.index).map_or(db0, |n| n.db());
-        let channel = notice_channel(&held.key, db);
-        // The named waiter's pre-grant moves the fence from the clock seed
-        // when the fence key is absent, as an acquire would; a ticket of
-        // this client (its tag) is named in the reply, not published.
-        let tag = shared.id_text.as_bytes();
-        let hand_over: &[u8] = if handover.is_some() { b"1" } else { b"" };
-        // How long the holder's keys live at most, for a handover's
-        // notice: the named waiter releases them until then if it does
-        // not take them.
-        let life = held
-            .expires_at
-            .saturating_duration_since(Instant::now())
-            .as_millis()
-            .to_string();
-        let seed = clock_seed().to_string();
-        let args = |vouched: &'static [u8]| -> [&[u8]; 9] {
-            [
-                held.value.as_bytes(),
-                notice.as_bytes(),
-                channel.as_bytes(),
-                ticket.as_bytes(),
-                seed.as_bytes(),
-                tag,
-                hand_over,
-                vouched,
-                life.as_bytes(),
-            ]
-        };
-        match &held.home.pregrant_fence {
-            // Two forms: the home pre-grants only where the releasing
-            // connection's server would vote in a fenced request now
-            // (`Server::run_script_vouched`).
-            Some(fence) => {
-                let claim = held.home.claim.as_deref().unwrap_or_default();
-                let keys: [&str; 5] =
-                    [&held.key, &held.home.marker, &held.home.queue, fence, claim];
-                Home {
-                    vouched: Some(RELEASE.evalsha(&keys, &args(b"1"))),
-                    plain: RELEASE.evalsha(&keys, &args(b"")),
-                }
-            }
-            None => Home {
-                vouched: None,
-                plain: RELEASE.evalsha(
-                    &[&held.key, &held.home.marker, &held.home.queue],
-                    &args(b""),
-                ),
-            },
+        let lean = (step.handover.is_none()
+            && held.ticket.is_none()
+            && shared.waits.quiet(&held.key))
+        .then(|| RELEASE_LEAN.evalsha(&[&held.key, &held.home.marker], &[held.value.as_bytes()]));
+        HomeRelease {
+            lean,
+            held: held.clone(),
+            notice: notice.clone(),
+            channel: notice_channel(&held.key, db),
+            tag: shared.id_text.clone(),
+            hand_over: handover.is_some(),
         }
     });
     let home = home.map(Arc::new);
@@ -392,7 +361,7 @@ fn start_release(shared: &Shared, held: &Held, notice_id: String, step: &Step<'_
                     at_home = Some(Arc::clone(home));
                     (channel0.clone(), None)
                 }
-                _ if node.db() == db0 => (channel0.clone(), Some(Arc::clone(&evalsha0))),
+                _ if node.db() == db0 => (channel0.clone(), evalsha0.clone()),
                 _ => (notice_channel(&key, node.db()).into(), None),
             };
             let by_hash = step.by_hash;
@@ -400,22 +369,41 @@ fn start_release(shared: &Shared, held: &Held, notice_id: String, step: &Step<'_
             async move {
                 let send = || async {
                     match (&at_home, &evalsha) {
-                        (Some(home), _) => match &home.vouched {
-                            Some(vouched) => {
-                                node.run_script_vouched(&RELEASE, vouched, &home.plain, vouch)
+                        (Some(home), _) => {
+                            if let Some(lean) = &home.lean {
+                                match node
+                                    .run_script_prepared(
+                                        &RELEASE_LEAN,
+                                        lean,
+                                        &Settled::NEVER,
+                                        true,
+                                        None,
+                                    )
                                     .await
+                                {
+                                    // Waited for: the full release.
+                                    Ok(redis::Value::Int(-1)) => {}
+                                    other => return other,
+                                }
                             }
-                            None => {
-                                node.run_script_prepared(
-                                    &RELEASE,
-                                    &home.plain,
-                                    &Settled::NEVER,
-                                    true,
-                                    None,
-                                )
-                                .await
+                            let full = home.full();
+                            match &full.vouched {
+                                Some(vouched) => {
+                                    node.run_script_vouched(&RELEASE, vouched, &full.plain, vouch)
+                                        .await
+                                }
+                                None => {
+                                    node.run_script_prepared(
+                                        &RELEASE,
+                                        &full.plain,
+                                        &Settled::NEVER,
+                                        true,
+                                        None,
+                                    )
+                                    .await
+                                }
                             }
-                        },
+                        }
                         (None, Some(evalsha)) => {
                             node.run_script_prepared(&RELEASE, evalsha, &Settled::NEVER, true, None)
                                 .await
@@ -555,6 +543,73 @@ where
 struct Home {
     vouched: Option<redis::Cmd>,
     plain: redis::Cmd,
+}
+
+/// What the home node's release needs: the lean form, when it goes first,
+/// and the full one's makings, built into commands only when sent (in the
+/// common case, never).
+struct HomeRelease {
+    lean: Option<redis::Cmd>,
+    held: Held,
+    notice: Arc<str>,
+    channel: String,
+    tag: Arc<str>,
+    hand_over: bool,
+}
+
+impl HomeRelease {
+    /// The full release (`release.lua`) for the home node.
+    fn full(&self) -> Home {
+        let held = &self.held;
+        let ticket = held.ticket.as_deref().unwrap_or("");
+        // The named waiter's pre-grant moves the fence from the clock seed
+        // when the fence key is absent, as an acquire would; a ticket of
+        // this client (its tag) is named in the reply, not published.
+        let hand_over: &[u8] = if self.hand_over { b"1" } else { b"" };
+        // How long the holder's keys live at most, for a handover's
+        // notice: the named waiter releases them until then if it does
+        // not take them.
+        let life = held
+            .expires_at
+            .saturating_duration_since(Instant::now())
+            .as_millis()
+            .to_string();
+        let seed = clock_seed().to_string();
+        let args = |vouched: &'static [u8]| -> [&[u8]; 9] {
+            [
+                held.value.as_bytes(),
+                self.notice.as_bytes(),
+                self.channel.as_bytes(),
+                ticket.as_bytes(),
+                seed.as_bytes(),
+                self.tag.as_bytes(),
+                hand_over,
+                vouched,
+                life.as_bytes(),
+            ]
+        };
+        match &held.home.pregrant_fence {
+            // Two forms: the home pre-grants only where the releasing
+            // connection's server would vote in a fenced request now
+            // (`Server::run_script_vouched`).
+            Some(fence) => {
+                let claim = held.home.claim.as_deref().unwrap_or_default();
+                let keys: [&str; 5] =
+                    [&held.key, &held.home.marker, &held.home.queue, fence, claim];
+                Home {
+                    vouched: Some(RELEASE.evalsha(&keys, &args(b"1"))),
+                    plain: RELEASE.evalsha(&keys, &args(b"")),
+                }
+            }
+            None => Home {
+                vouched: None,
+                plain: RELEASE.evalsha(
+                    &[&held.key, &held.home.marker, &held.home.queue],
+                    &args(b""),
+                ),
+            },
+        }
+    }
 }
 
 /// A release's answer that counts: the node deleted our key.

@@ -26,6 +26,7 @@ use crate::protocol::queue::mark_waiting;
 use crate::protocol::shared::{Grant, Shared, Target};
 use crate::settings::autoextend::{AutoExtend, Schedule};
 use crate::settings::retry::{jitter, Retry};
+use crate::waiting::any::wait_any;
 use crate::waiting::notify::Place;
 
 /// A permit request, made by [`Semaphore::permit`](crate::Semaphore::permit).
@@ -407,35 +408,4 @@ fn record_outcome(span: &Span, started: Instant, outcome: &'static str, permit: 
     }
     span.record("elapsed", field::debug(started.elapsed()))
         .record("outcome", outcome);
-}
-
-/// Sleeps until a release of any slot is heard by a place at its queue's
-/// head, or until `until`. A place that is not head (another task of this
-/// client waits before it on that slot) is left to that task: one release
-/// costs one retry per waiting client, not per task.
-async fn wait_any(places: &[Place], until: Instant) {
-    // The counter each head compares against: a release heard after this
-    // point (or after it became head) moves it.
-    let mut seen: Vec<Option<u64>> = places.iter().map(|p| p.head().map(|h| h.heard)).collect();
-    loop {
-        for (place, seen) in places.iter().zip(seen.iter_mut()) {
-            match (place.head(), *seen) {
-                (Some(head), Some(before)) if head.heard != before => return,
-                (Some(head), None) => {
-                    // Became head since: a release heard since then counts.
-                    if head.heard != head.since {
-                        return;
-                    }
-                    *seen = Some(head.since);
-                }
-                (None, _) => *seen = None,
-                _ => {}
-            }
-        }
-        if Instant::now() >= until {
-            return;
-        }
-        let waits = places.iter().map(|p| Box::pin(p.wait(until)));
-        let _ = futures::future::select_all(waits).await;
-    }
 }

@@ -6,6 +6,7 @@
 //! below `protocol`; the fair queue's waiting loop, which runs protocol
 //! operations, is `protocol::fair`.
 
+pub(crate) mod any;
 pub(crate) mod notify;
 pub(crate) mod pregrant;
 pub(crate) mod subscription;

@@ -132,6 +132,29 @@ pub(crate) fn parse_fenced(reply: Value) -> Result<u64, NodeErrorKind> {
     }
 }
 
+/// The all-or-nothing acquire's reply (`ACQUIRE_ALL`): `{0, fence…}`
+/// when every key was set (one fence per resource, in order; none without
+/// fencing), `{i}` or `{i, PTTL}` when the `i`-th key (from 1) was held,
+/// and nothing was written (`HeldByOther`, with that key's TTL when
+/// probed).
+pub(crate) fn parse_all(reply: Value) -> Result<Vec<u64>, NodeErrorKind> {
+    let Value::Array(items) = reply else {
+        return Err(unexpected(reply));
+    };
+    match items.as_slice() {
+        [Value::Int(0), fences @ ..] => fences
+            .iter()
+            .map(|f| match f {
+                Value::Int(f) if *f > 0 => Ok(f.unsigned_abs()),
+                other => Err(unexpected(other.clone())),
+            })
+            .collect(),
+        [Value::Int(i)] if *i > 0 => Err(NodeErrorKind::HeldByOther { expires_in: None }),
+        [Value::Int(i), pttl] if *i > 0 => Err(held_for(pttl)?),
+        _ => Err(unexpected(Value::Array(items))),
+    }
+}
+
 /// The plain acquire with a `PTTL`: `[SET reply, PTTL reply]`.
 pub(crate) fn parse_probed_set(reply: Value) -> Result<u64, NodeErrorKind> {
     let Value::Array(items) = reply else {
@@ -147,10 +170,11 @@ pub(crate) fn parse_probed_set(reply: Value) -> Result<u64, NodeErrorKind> {
     }
 }
 
-/// `HeldByOther` with the holder's remaining TTL from a `PTTL` reply: -1 is
+/// `HeldByOther` with the holder's remaining TTL from a `PTTL` reply (also
+/// the read-write lock's refusals, `rwlock::scripts`): -1 is
 /// a key without expiry (never frees), -2 a key gone since the `SET` (free
 /// now).
-fn held_for(pttl: &Value) -> Result<NodeErrorKind, NodeErrorKind> {
+pub(crate) fn held_for(pttl: &Value) -> Result<NodeErrorKind, NodeErrorKind> {
     let expires_in = match pttl {
         Value::Int(-2) => Some(Duration::ZERO),
         Value::Int(ms) if *ms >= 0 => Some(Duration::from_millis(ms.unsigned_abs())),
@@ -216,6 +240,34 @@ pub(crate) fn unexpected(reply: Value) -> NodeErrorKind {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_all_or_nothing_acquires_replies_parse() {
+        let arr = |v: Vec<i64>| Value::Array(v.into_iter().map(Value::Int).collect());
+        assert_eq!(parse_all(arr(vec![0, 7, 9, 8])).unwrap(), vec![7, 9, 8]);
+        assert_eq!(parse_all(arr(vec![0])).unwrap(), Vec::<u64>::new());
+        assert!(matches!(
+            parse_all(arr(vec![2])),
+            Err(NodeErrorKind::HeldByOther { expires_in: None })
+        ));
+        assert!(matches!(
+            parse_all(arr(vec![1, 1500])),
+            Err(NodeErrorKind::HeldByOther { expires_in: Some(d) }) if d == Duration::from_millis(1500)
+        ));
+        // A zero fence, a refusal at index 0, a bare integer: not ours.
+        assert!(matches!(
+            parse_all(arr(vec![0, 0])),
+            Err(NodeErrorKind::Redis(_))
+        ));
+        assert!(matches!(
+            parse_all(arr(vec![-1])),
+            Err(NodeErrorKind::Redis(_))
+        ));
+        assert!(matches!(
+            parse_all(Value::Int(3)),
+            Err(NodeErrorKind::Redis(_))
+        ));
+    }
 
     #[test]
     fn set_replies() {

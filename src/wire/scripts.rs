@@ -233,6 +233,25 @@ pub(crate) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script {
     ..Script::new("acquire", include_str!("lua/acquire.lua"))
 });
 
+/// The all-or-nothing acquire of several resources (`multi`; DESIGN.md,
+/// section 6c), generic over N keys: every lock key is looked at first
+/// (`PTTL`), and if any is held nothing is written on this node and the
+/// reply names it (`{i}`, or `{i, PTTL}` when probed); otherwise every
+/// key is set to `value` with the TTL and every fence moves as the
+/// mutex's acquire moves it (`INCR`, seeded from the clock when absent),
+/// replying `{0, fence…}`. A fence that would reach 2^53 is an error reply
+/// before anything is set. The keys are the mutex's own (same names, same
+/// value format), so release, extend, inspect and `force_release` of each
+/// resource are the mutex's. Fences move only on a grant: a refusal
+/// writes nothing at all.
+///
+/// KEYS: n lock keys[, their n fence keys]. ARGV: value, ttl ms, seed, n,
+/// "1" to probe or "".
+pub(crate) static ACQUIRE_ALL: LazyLock<Script> = LazyLock::new(|| Script {
+    eval_when_decided: false,
+    ..Script::new("acquire-all", include_str!("lua/acquire_all.lua"))
+});
+
 /// The release script for a Redis Cluster node: sharded pub/sub
 /// (`SPUBLISH`, `PUBSUB SHARDNUMSUB`, Redis 7), so that a notice stays in
 /// the shard of its lock key. Same keys and arguments as [`RELEASE`].
@@ -259,10 +278,12 @@ pub(crate) fn sharded_scripts() -> [&'static Script; 2] {
 }
 
 /// Every script of the crate: the lock's and the fenced store's.
-fn all_scripts() -> [&'static Script; 11] {
+fn all_scripts() -> [&'static Script; 13] {
     [
         &ACQUIRE,
+        &ACQUIRE_ALL,
         &RELEASE,
+        &RELEASE_LEAN,
         &QUEUE,
         &JOIN,
         &MARK,
@@ -284,10 +305,12 @@ pub(crate) fn named_in(message: &str) -> Option<&'static Script> {
 }
 
 /// The scripts a lock's node runs, loaded by every connection's handshake.
-pub(crate) fn lock_scripts() -> [&'static Script; 9] {
+pub(crate) fn lock_scripts() -> [&'static Script; 11] {
     [
         &ACQUIRE,
+        &ACQUIRE_ALL,
         &RELEASE,
+        &RELEASE_LEAN,
         &MARK,
         &EXTEND,
         &WRITE_BACK,
@@ -367,6 +390,21 @@ pub(crate) fn lock_scripts() -> [&'static Script; 9] {
 /// the holder's keys' life in ms].
 pub(crate) static RELEASE: LazyLock<Script> =
     LazyLock::new(|| Script::new("release", include_str!("lua/release.lua")));
+
+/// The home node's release in the common case (issue 32): the holder
+/// came without a ticket, nothing is to be handed over, and this client
+/// keeps no waiter of the resource. Compare-and-delete, as the non-home
+/// nodes' release, unless the waiting marker is there: then it does
+/// nothing and returns -1, and the client sends the full [`RELEASE`] (one
+/// round trip more, only when somebody waits). Returns 1 when it deleted
+/// our key, 0 when the key is not ours (absent, expired, another value).
+/// Exactly `release.lua`'s answer for a holder without a ticket on a
+/// resource nobody marked: that script returns at its `if not waited`
+/// branch with the same codes after the same compare-and-delete.
+///
+/// KEYS: lock key, waiting marker. ARGV: value.
+pub(crate) static RELEASE_LEAN: LazyLock<Script> =
+    LazyLock::new(|| Script::new("release", include_str!("lua/release_lean.lua")));
 
 /// The fair queue's look at the home node, for a waiter whose timer fired
 /// (`protocol::queue`): skips a stale head
@@ -534,6 +572,10 @@ mod tests {
         assert_eq!(
             LEAVE.commands(),
             ["LREM", "GET", "DEL", "LINDEX", "PUBLISH"]
+        );
+        assert_eq!(
+            ACQUIRE_ALL.commands(),
+            ["PTTL", "GET", "SET", "INCR", "INCRBY"]
         );
         assert_eq!(JOIN.commands(), ["RPUSH", "PEXPIRE", "PTTL", "SET"]);
         assert_eq!(MARK.commands(), ["PTTL", "SET"]);

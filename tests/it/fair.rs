@@ -148,7 +148,7 @@ fn the_history_checkers_see_violations() {
 }
 
 /// Nanoseconds on `CLOCK_MONOTONIC`, one clock for every process here.
-fn now_ns() -> u64 {
+pub(crate) fn now_ns() -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
@@ -1431,11 +1431,40 @@ async fn an_uncontended_acquire_subscribes_to_nothing() {
             .map(|n| calls(n, "pubsub|numsub") + calls(n, "lindex"))
             .sum()
     };
+    // Which release script each release ran: the lean one (issue 32: two
+    // keys, the value, nothing else) or the full one.
+    let sha = |source: &str| redis::Script::new(source).get_hash().to_owned();
+    let (lean, full) = (
+        sha(include_str!("../../src/wire/lua/release_lean.lua")),
+        sha(include_str!("../../src/wire/lua/release.lua")),
+    );
+    let monitors: Vec<_> = cluster.nodes.iter().map(|n| n.monitor()).collect();
+    let ran = |sha: &str| -> usize {
+        monitors
+            .iter()
+            .map(|m| m.lines().iter().filter(|l| l.contains(sha)).count())
+            .sum()
+    };
     let (before, looked) = (subscribes(), numsubs());
     for i in 0..40 {
         let g = c.acquire(&format!("free-{i}"), secs(5)).await.unwrap();
         g.release().await;
     }
+    // The home of each ran the lean release once, and the full one never
+    // (the two others of the three nodes ran the full script's short
+    // compare-and-delete form, 80 in all). Counted once the background
+    // halves of the releases have landed.
+    assert!(
+        eventually(secs(10), || ran(&full) == 80).await,
+        "full release scripts: {} (80 expected: the two non-home nodes)",
+        ran(&full)
+    );
+    // (MONITOR's stream may lag a moment behind the replies.)
+    assert!(
+        eventually(secs(10), || ran(&lean) == 40).await,
+        "lean release scripts for 40 homes: {}",
+        ran(&lean)
+    );
     assert_eq!(
         subscribes() - before,
         0,
@@ -1458,10 +1487,23 @@ async fn an_uncontended_acquire_subscribes_to_nothing() {
         subscribes() > before,
         "a waiting acquire subscribed to nothing"
     );
+    let (full_before, lean_before) = (ran(&full), ran(&lean));
     let (got, _) = release_and_wait(held, waiter, secs(20)).await;
     assert!(
         numsubs() > looked,
         "a release with a waiter queued asked nobody who listens"
+    );
+    // The holder's client knew of no waiter: the lean release went first,
+    // found the waiting marker, and the full one followed on the home.
+    assert!(
+        eventually(secs(10), || ran(&lean) - lean_before == 1).await,
+        "lean releases of the held lock: {} (1 expected)",
+        ran(&lean) - lean_before
+    );
+    assert!(
+        eventually(secs(10), || ran(&full) - full_before == 3).await,
+        "full releases of the held lock: {} (3 expected: the home's after the lean one, and the two others)",
+        ran(&full) - full_before
     );
     got.unwrap().release().await;
 }

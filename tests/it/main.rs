@@ -24,6 +24,7 @@ mod lifecycle;
 #[cfg(feature = "metrics")]
 mod metrics;
 mod modes;
+mod multi;
 mod once;
 #[cfg(feature = "postgres")]
 mod postgres;
@@ -31,6 +32,7 @@ mod pregrant;
 mod proxy;
 mod resp3;
 mod restart;
+mod rwlock;
 mod semaphore;
 mod sentinel;
 mod sockets;

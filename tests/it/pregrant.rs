@@ -44,6 +44,12 @@ async fn scripts_at_rest(cluster: &Cluster) -> Vec<u64> {
 struct Handoff {
     /// Scripts each node ran from the release to the waiter's grant.
     scripts: Vec<u64>,
+    /// Scripts the holder's release runs on the home: 2 in the first round
+    /// (its client knows of no waiter, so the lean release goes first,
+    /// finds the waiting marker and asks for the full one), 1 after (the
+    /// last release named a waiter: the client knows the lock is
+    /// contended and sends the full release at once).
+    home_release: u64,
     holder_token: u64,
     waiter_token: u64,
     /// The home's fence once the waiter holds the lock.
@@ -76,7 +82,7 @@ async fn handoff(n: usize) -> Handoff {
     let b = client(&cluster, true);
     warm_up(&a, &cluster).await;
     warm_up(&b, &cluster).await;
-    for _ in 0..5 {
+    for round in 0..5 {
         for node in &cluster.nodes {
             node.cli(&["SET", &fence_key(&resource), "1000"]);
         }
@@ -103,6 +109,7 @@ async fn handoff(n: usize) -> Handoff {
         let key = lock_key(&resource);
         let handoff = Handoff {
             scripts,
+            home_release: if round == 0 { 2 } else { 1 },
             holder_token,
             waiter_token: guard.token().unwrap().get(),
             home_fence: cluster.nodes[0]
@@ -148,9 +155,10 @@ async fn a_release_pregrants_the_home_vote_to_the_named_waiter() {
     );
     assert_eq!(
         h.scripts,
-        vec![1, 2, 2],
-        "the home ran {} scripts (the release only, with the pre-grant), the others {:?}",
+        vec![h.home_release, 2, 2],
+        "the home ran {} scripts (the release only, with the pre-grant: {} expected), the others {:?}",
         h.scripts[0],
+        h.home_release,
         &h.scripts[1..]
     );
     // The waiter's first, refused attempt moved every fence once more.
@@ -188,7 +196,13 @@ async fn on_one_node_the_named_waiter_sends_no_acquire() {
         "1 node, one handoff: scripts {:?}, tokens {} then {}, got the lock {:?} after the release",
         h.scripts, h.holder_token, h.waiter_token, h.after
     );
-    assert_eq!(h.scripts, vec![1], "the node ran {:?} scripts", h.scripts);
+    assert_eq!(
+        h.scripts,
+        vec![h.home_release],
+        "the node ran {:?} scripts (the release only: {} expected)",
+        h.scripts,
+        h.home_release
+    );
     assert_eq!((h.holder_token, h.waiter_token), (1001, 1003));
     assert!(h.after < secs(5), "woken {:?} after the release", h.after);
 }
@@ -945,6 +959,13 @@ async fn a_handover_publishes_a_hash_of_the_holders_value_never_the_value() {
         let monitor = cluster.nodes[0].monitor();
         let (released, got, _) = release_and_wait_reporting(holder, waiter, secs(30)).await;
         let guard = got.expect("the named waiter gets the lock");
+        // MONITOR's stream may lag the release's reply (seen with a busy
+        // core: a handover and no `PUBLISH` read yet): a handover's notice
+        // is waited for, up to 5 s.
+        if released.handed_over == 2 {
+            let published = || monitor.lines().iter().any(|l| l.contains("\"PUBLISH\""));
+            eventually(secs(5), published).await;
+        }
         let publishes: Vec<String> = monitor
             .lines()
             .into_iter()

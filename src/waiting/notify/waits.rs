@@ -168,6 +168,18 @@ impl Waits {
             .is_some_and(|q| q.fair.is_some() && (q.busy || !q.waiters.is_empty()))
     }
 
+    /// Whether this client has nothing to tend on `key`'s home at a
+    /// release: none of its tasks waits for it and its last release there
+    /// named nobody. The release then sends the lean script first
+    /// (`protocol::release`; the home still says when others wait).
+    pub(crate) fn quiet(&self, key: &str) -> bool {
+        !self
+            .shared
+            .lock()
+            .get(key)
+            .is_some_and(|q| q.busy || !q.waiters.is_empty())
+    }
+
     /// The prefix of this client's cleanup notices.
     pub(crate) fn tag(&self) -> &str {
         &self.shared.tag

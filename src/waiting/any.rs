@@ -1,0 +1,39 @@
+//! Waiting for a release of any of several resources, through the
+//! notices `notify` hears: a semaphore waits for any of its K slots, a
+//! multi-resource lock for any resource of its set.
+
+use std::time::Instant;
+
+use crate::waiting::notify::Place;
+
+/// Sleeps until a release of any of several resources is heard by a place
+/// at its queue's head, or until `until`: a semaphore's K slots, a
+/// multi-resource lock's set. A place that is not head (another task of
+/// this client waits before it on that resource) is left to that task:
+/// one release costs one retry per waiting client, not per task.
+pub(crate) async fn wait_any(places: &[Place], until: Instant) {
+    // The counter each head compares against: a release heard after this
+    // point (or after it became head) moves it.
+    let mut seen: Vec<Option<u64>> = places.iter().map(|p| p.head().map(|h| h.heard)).collect();
+    loop {
+        for (place, seen) in places.iter().zip(seen.iter_mut()) {
+            match (place.head(), *seen) {
+                (Some(head), Some(before)) if head.heard != before => return,
+                (Some(head), None) => {
+                    // Became head since: a release heard since then counts.
+                    if head.heard != head.since {
+                        return;
+                    }
+                    *seen = Some(head.since);
+                }
+                (None, _) => *seen = None,
+                _ => {}
+            }
+        }
+        if Instant::now() >= until {
+            return;
+        }
+        let waits = places.iter().map(|p| Box::pin(p.wait(until)));
+        let _ = futures::future::select_all(waits).await;
+    }
+}
