@@ -99,14 +99,17 @@ enum Look {
     /// A fresh value not due for early recomputation.
     Fresh(Vec<u8>),
     /// Compute, or wait for the one computing.
-    Miss {
-        /// The entry's fence when read (0 when none).
-        seen: u64,
-        /// A fresh value due early: returned if someone else recomputes.
-        fresh: Option<Vec<u8>>,
-        /// The previous value, with serve-stale on.
-        stale: Option<Vec<u8>>,
-    },
+    Miss(Miss),
+}
+
+/// A miss: what the look saw, and what can be served meanwhile.
+struct Miss {
+    /// The entry's fence when read (0 when none).
+    seen: u64,
+    /// A fresh value due early: returned if someone else recomputes.
+    fresh: Option<Vec<u8>>,
+    /// The previous value, with serve-stale on.
+    stale: Option<Vec<u8>>,
 }
 
 impl SingleFlight {
@@ -327,19 +330,17 @@ impl SingleFlight {
         }
         let deadline = later(Instant::now(), self.wait);
         loop {
-            let (seen, fresh, stale) = match self.look(io).await? {
+            let miss = match self.look(io).await? {
                 Look::Fresh(value) => {
                     outcome("fresh");
                     return Ok(value);
                 }
-                Look::Miss { seen, fresh, stale } => (seen, fresh, stale),
+                Look::Miss(miss) => miss,
             };
             let name = format!("{}\0{}\0{}", self.shared.id_text, io.kind(), self.entry_key);
             let mut followed = match join(name) {
                 Role::Leader(flight) => {
-                    let led = self
-                        .lead(io, &flight, deadline, seen, fresh, stale, compute)
-                        .await;
+                    let led = self.lead(io, &flight, deadline, miss, compute).await;
                     match &led {
                         Ok(value) => flight.share(Ok(value.clone())),
                         Err(OnceError::Compute { source, .. }) => {
@@ -353,7 +354,7 @@ impl SingleFlight {
                 }
                 Role::Follower(followed) => followed,
             };
-            if let Some(value) = fresh.or(stale) {
+            if let Some(value) = miss.fresh.or(miss.stale) {
                 outcome("stale-or-early");
                 return Ok(value);
             }
@@ -389,9 +390,7 @@ impl SingleFlight {
         io: &I,
         flight: &Flight,
         deadline: Instant,
-        mut seen: u64,
-        mut fresh: Option<Vec<u8>>,
-        mut stale: Option<Vec<u8>>,
+        miss: Miss,
         compute: F,
     ) -> Result<Vec<u8>, OnceError<E>>
     where
@@ -400,6 +399,11 @@ impl SingleFlight {
         Fut: Future<Output = Result<Vec<u8>, E>>,
         E: std::error::Error + 'static,
     {
+        let Miss {
+            mut seen,
+            mut fresh,
+            mut stale,
+        } = miss;
         loop {
             match self.request().try_acquire().await {
                 Ok(Some(guard)) => {
@@ -438,11 +442,9 @@ impl SingleFlight {
                             outcome("fresh");
                             return Ok(value);
                         }
-                        Look::Miss {
-                            seen: s,
-                            fresh: f,
-                            stale: st,
-                        } => (seen, fresh, stale) = (s, f, st),
+                        Look::Miss(again) => {
+                            (seen, fresh, stale) = (again.seen, again.fresh, again.stale);
+                        }
                     }
                     continue;
                 }
@@ -495,28 +497,28 @@ impl SingleFlight {
             .await
             .map_err(|failed| self.io_error("read", failed))?;
         let Some(entry) = entry else {
-            return Ok(Look::Miss {
+            return Ok(Look::Miss(Miss {
                 seen: 0,
                 fresh: None,
                 stale: None,
-            });
+            }));
         };
         if let Some(value) = entry.fresh() {
             let due = self.early > 0.0 && entry.due_early(self.early, 1.0 - rand::random::<f64>());
             if !due {
                 return Ok(Look::Fresh(value.to_vec()));
             }
-            return Ok(Look::Miss {
+            return Ok(Look::Miss(Miss {
                 seen: entry.fence,
                 fresh: Some(value.to_vec()),
                 stale: None,
-            });
+            }));
         }
-        Ok(Look::Miss {
+        Ok(Look::Miss(Miss {
             seen: entry.fence,
             fresh: None,
             stale: entry.value.filter(|_| self.serve_stale),
-        })
+        }))
     }
 
     /// Runs `compute` under `guard` and writes its outcome fenced by the

@@ -489,12 +489,15 @@ async fn the_other_errors_are_typed_fencing_off_invalid_key_and_no_majority() {
     assert_eq!(count.load(Ordering::SeqCst), 0);
 }
 
+/// One stored value: the value, its fence, fresh until, the computation's time.
+type Record = (Vec<u8>, u64, Instant, Duration);
+
 /// The user's store of the `OnceStore` tests: a map behind a std mutex,
 /// freshness on this process's monotonic clock, the fenced `≥` comparison
 /// as the trait requires; `failing` makes every call a backend error.
 #[derive(Default)]
 struct MemStore {
-    records: std::sync::Mutex<std::collections::HashMap<String, (Vec<u8>, u64, Instant, Duration)>>,
+    records: std::sync::Mutex<std::collections::HashMap<String, Record>>,
     failing: std::sync::atomic::AtomicBool,
     writes: AtomicUsize,
 }
