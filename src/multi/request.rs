@@ -182,6 +182,7 @@ impl MultiRequest {
         loop {
             attempts += 1;
             let probe = !places.is_empty();
+            let began = Instant::now();
             let mut failure = match attempt_all(&self.shared, &set, probe).await {
                 Ok(grants) => {
                     let expires_at = grants.first().map(|g| g.held.expires_at);
@@ -217,12 +218,13 @@ impl MultiRequest {
                 let life = deadline
                     .saturating_duration_since(now)
                     .saturating_add(self.ttl);
+                let targets: Vec<_> = set.targets.iter().collect();
+                mark_waiting(&self.shared, &targets, life).await;
                 for target in &set.targets {
-                    mark_waiting(&self.shared, target, life);
                     places.push(self.shared.waits.join(&self.shared.nodes, &target.key));
                 }
             }
-            wait_any(&places, wake_at).await;
+            wait_any(&places, wake_at, began).await;
         }
     }
 

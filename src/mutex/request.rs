@@ -312,7 +312,7 @@ impl LockRequest {
                 let life = deadline
                     .saturating_duration_since(now)
                     .saturating_add(target.ttl.duration());
-                mark_waiting(&self.shared, target, life);
+                mark_waiting(&self.shared, &[target], life).await;
             }
             let place = place
                 .get_or_insert_with(|| self.shared.waits.join(&self.shared.nodes, &target.key));

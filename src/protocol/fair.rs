@@ -318,7 +318,7 @@ async fn fair_wait(
                 .deadline
                 .saturating_duration_since(Instant::now())
                 .saturating_add(target.ttl.duration());
-            queue::mark_waiting(shared, target, life);
+            queue::mark_waiting(shared, &[target], life).await;
             return Err(HomeLost {
                 attempts: waiter.attempts,
                 deadline: waiter.deadline,

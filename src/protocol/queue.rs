@@ -125,27 +125,29 @@ pub(crate) async fn look(
     }
 }
 
-/// Marks `target` as waited for on every node, in the background, for
-/// `life` (the waiter's remaining wait and its TTL): a waiter outside the
-/// fair queue, which hears the releases of every node. A release publishes
-/// its notice only where the marker is (DESIGN.md, section 2, "Notices
-/// only where waited for"). Bounded by the node timeout per node; a mark
-/// that does not land costs a notice, which the waiter's timers cover.
-pub(crate) fn mark_waiting(shared: &Arc<Shared>, target: &Target, life: Duration) {
-    let Ok(handle) = tokio::runtime::Handle::try_current() else {
-        return;
-    };
+/// Marks `targets` as waited for on every node for `life` (the waiter's
+/// remaining wait and its TTL): a waiter outside the fair queue, which
+/// hears the releases of every node. A release publishes its notice only
+/// where the marker is (DESIGN.md, section 2, "Notices only where waited
+/// for"), so the waiter awaits its marks before it subscribes: the
+/// subscription's confirmation, which counts as a release heard, then
+/// comes after them, and a release between the refused attempt and the
+/// marks is caught by the retry it triggers. All nodes and targets at
+/// once, each bounded by the node timeout; a mark that does not land
+/// (a node down or slow) costs a notice, which the waiter's timers cover.
+pub(crate) async fn mark_waiting(shared: &Arc<Shared>, targets: &[&Target], life: Duration) {
     let life = life_ms(life).to_string();
     let timeout = shared.config.node_timeout;
-    for node in &shared.nodes {
-        let (node, marker, life) = (node.clone(), target.home.marker.clone(), life.clone());
-        handle.spawn(async move {
-            let keys: [&str; 1] = [&marker];
+    let marks = targets.iter().flat_map(|target| {
+        let (marker, life) = (&target.home.marker, &life);
+        shared.nodes.iter().map(move |node| async move {
+            let keys: [&str; 1] = [marker];
             let args: [&[u8]; 1] = [life.as_bytes()];
             let run = node.run_script(&MARK, &keys, &args, &Settled::NEVER, true, None);
             let _ = tokio::time::timeout(timeout, run).await;
-        });
-    }
+        })
+    });
+    futures::future::join_all(marks).await;
 }
 
 /// Takes `ticket` out of the queue, in the background: a waiter that gave

@@ -251,6 +251,7 @@ impl SemaphoreRequest {
         loop {
             passes += 1;
             let probe = !places.is_empty();
+            let began = Instant::now();
             let refused = match self
                 .pass(&mut targets, probe, &mut attempts, Some(deadline))
                 .await
@@ -295,13 +296,15 @@ impl SemaphoreRequest {
                     .saturating_duration_since(now)
                     .saturating_add(self.ttl);
                 for slot in 0..self.permits() {
-                    if let Some(target) = self.target(&mut targets, slot) {
-                        mark_waiting(&self.shared, target, life);
-                        places.push(self.shared.waits.join(&self.shared.nodes, &target.key));
-                    }
+                    self.target(&mut targets, slot);
+                }
+                let marked: Vec<_> = targets.slots.iter().flatten().collect();
+                mark_waiting(&self.shared, &marked, life).await;
+                for target in marked {
+                    places.push(self.shared.waits.join(&self.shared.nodes, &target.key));
                 }
             }
-            wait_any(&places, wake_at).await;
+            wait_any(&places, wake_at, began).await;
         }
     }
 

@@ -26,6 +26,16 @@ use crate::support::Cluster;
 
 const TTL: Duration = Duration::from_secs(30);
 
+/// Nodes that hold every key of `resources`, a partial set counted as
+/// not holding (for holds that extensions kept, key by key).
+fn nodes_holding_whole(cluster: &Cluster, resources: &[&str]) -> usize {
+    cluster
+        .nodes
+        .iter()
+        .filter(|node| resources.iter().all(|r| pttl(node, &lock_key(r)) != -2))
+        .count()
+}
+
 /// How many nodes hold every key of `resources`; panics on a node that
 /// holds some but not all (a partial set). A round decides at a majority,
 /// so on a loaded machine the last node's key may land later or not at
@@ -269,23 +279,22 @@ async fn extend_and_release_move_every_resource_together() {
     let validity = guard.extend(secs(60)).await.unwrap();
     assert!(validity > secs(30), "{validity:?}");
     assert!(nodes_holding(&cluster, &set) >= 2);
-    for node in &cluster.nodes {
-        for resource in set {
-            let left = pttl(node, &lock_key(resource));
-            assert!(left == -2 || left > 30_000, "{resource}: {left}");
-        }
-    }
+    // The extension returns at the quorum: the last node's may come later.
+    let every_key = |ok: fn(i64) -> bool| {
+        cluster.nodes.iter().all(|node| {
+            set.iter()
+                .all(|resource| ok(pttl(node, &lock_key(resource))))
+        })
+    };
+    assert!(eventually(secs(10), || every_key(|left| left == -2 || left > 30_000)).await);
     // Shorter again: every key follows.
     guard.extend(secs(4)).await.unwrap();
-    for node in &cluster.nodes {
-        for resource in set {
-            let left = pttl(node, &lock_key(resource));
-            assert!(
-                left == -2 || (1..=4_000).contains(&left),
-                "{resource}: {left}"
-            );
-        }
-    }
+    assert!(
+        eventually(secs(10), || every_key(
+            |left| left == -2 || (1..=4_000).contains(&left)
+        ))
+        .await
+    );
     let released = guard.release().await;
     assert!(released.iter().all(|r| r.confirmed >= 2), "{released:?}");
     assert!(eventually(secs(5), || cluster.count_keys(LOCK_KEYS) == vec![0; 3]).await);
@@ -378,7 +387,13 @@ async fn with_all_runs_under_the_set_and_is_cancelled_on_loss() {
                 .await
         }
     });
-    assert!(eventually(secs(5), || nodes_holding(&cluster, &["w:a", "w:b"]) >= 2).await);
+    // Counted leniently: under load one key's extension on a node may come
+    // after the other's key there expired (extensions are per resource).
+    assert!(
+        eventually(secs(5), || nodes_holding_whole(&cluster, &["w:a", "w:b"])
+            >= 2)
+        .await
+    );
     cluster.node(1).pause();
     cluster.node(2).pause();
     let err = timeout(secs(15), run).await.unwrap().unwrap().unwrap_err();

@@ -28,6 +28,9 @@ pub(crate) struct Place {
 pub(crate) struct Head {
     /// The release counter: retry when it moves.
     pub(crate) heard: u64,
+    /// Notices whose copies reached a majority of the nodes (see
+    /// `Queue::copy`): `wait_any` retries when it moves too.
+    pub(crate) settled: u64,
     /// The counter when this waiter became head.
     pub(crate) since: u64,
     /// Clients (this one included) that heard the last release: how many
@@ -47,6 +50,7 @@ impl Place {
         let (id, _, _) = queue.waiters.front()?;
         (*id == self.id).then_some(Head {
             heard: queue.heard,
+            settled: queue.settled,
             since: queue.head_since,
             last_heard: queue.last_heard,
             competitors: queue.competitors,

@@ -49,6 +49,12 @@ pub(super) struct Queue {
     /// release missed before them). The head retries when it moves.
     pub(super) heard: u64,
     pub(super) recent: VecDeque<Arc<str>>,
+    /// Copies of the last notice heard (one per node that published it).
+    pub(super) copies: usize,
+    /// Notices whose copies reached a majority of the nodes after the
+    /// first copy: a retry woken by the first copy may have met nodes that
+    /// had not deleted yet, and by then a majority has (`wait_any`).
+    pub(super) settled: u64,
     /// Clients subscribed to the resource on the node of the last release
     /// heard (us included): how many heads may be retrying at once.
     pub(super) competitors: u64,
@@ -64,8 +70,10 @@ pub(super) struct Queue {
     /// Expiry of the keys of the last local waiter that got the lock: the
     /// next head's TTL wake-up.
     pub(super) holder_until: Option<Instant>,
-    /// When the last release was heard: a waiter that joins a lingering
-    /// queue retries at once if one was heard after its attempt began.
+    /// When the last release was heard (or its copies settled on a
+    /// majority): a waiter that joins a lingering queue, or that was
+    /// refused while copies came in, retries at once if one was heard
+    /// after its attempt began.
     pub(super) last_heard: Option<Instant>,
     /// Since when the queue has had no waiters (it lingers, subscribed,
     /// for [`LINGER`](super::LINGER)).
@@ -175,6 +183,27 @@ impl Queue {
             self.recent.pop_front();
         }
         self.recent.push_back(notice);
+        self.copies = 1;
+    }
+
+    /// Another node's copy of a notice already heard: when it is the last
+    /// notice's and completes a majority of `nodes` (more than one copy),
+    /// counts the notice as settled and wakes the head without moving
+    /// `heard` (the mutex's waiters, which retry on `heard`, are not
+    /// woken twice; `wait_any` looks at `settled` too).
+    pub(super) fn copy(&mut self, notice: &str, nodes: usize) {
+        if self.recent.back().is_none_or(|last| **last != *notice) {
+            return;
+        }
+        self.copies += 1;
+        if self.copies == nodes / 2 + 1 {
+            self.settled += 1;
+            // A waiter whose attempt began before this retries.
+            self.last_heard = Some(Instant::now());
+            if let Some((_, notify, _)) = self.waiters.front() {
+                notify.notify_one();
+            }
+        }
     }
 
     pub(super) fn wake_head(&mut self) {

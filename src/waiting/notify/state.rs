@@ -144,6 +144,8 @@ impl Shared {
         };
         if queue.recent.iter().any(|n| **n == *notice) {
             queue.competitors = queue.competitors.max(clients);
+            let nodes = self.senders.get().map_or(1, Vec::len);
+            queue.copy(notice, nodes);
             return;
         }
         queue.competitors = clients;
@@ -164,8 +166,11 @@ impl Shared {
             return;
         };
         if queue.waiters.is_empty() {
-            // Nobody to hand it to; copies from Redis count as heard.
+            // Nobody to hand it to; copies from Redis count as heard,
+            // and a waiter of this client about to join (its attempt
+            // began before now) retries at once (`fresh`, `wait_any`).
             queue.remember(notice.into());
+            queue.last_heard = Some(Instant::now());
             return;
         }
         if queue.fair.is_some() {

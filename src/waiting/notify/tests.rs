@@ -367,3 +367,30 @@ async fn head_wakes_on_release_and_successor_on_promotion() {
         .expect("successor woken");
     assert!(b.head().is_some());
 }
+
+#[test]
+fn a_notice_settles_when_its_copies_reach_a_majority() {
+    let mut queue = super::queue::Queue::default();
+    queue.remember("aa".into());
+    // Three nodes: the second copy is the majority; later ones change
+    // nothing, and copies of an older notice are not counted.
+    queue.copy("aa", 3);
+    assert_eq!(queue.settled, 1);
+    let settled_at = queue.last_heard.expect("a settle counts as heard");
+    queue.copy("aa", 3);
+    assert_eq!((queue.settled, queue.copies), (1, 3));
+    queue.remember("bb".into());
+    queue.copy("aa", 3);
+    assert_eq!((queue.settled, queue.copies), (1, 1));
+    // One node: the first copy was the majority; no second wake.
+    let mut single = super::queue::Queue::default();
+    single.remember("cc".into());
+    single.copy("cc", 1);
+    assert_eq!(single.settled, 0);
+    // Five nodes: the third copy.
+    queue.copy("bb", 5);
+    assert_eq!(queue.settled, 1);
+    queue.copy("bb", 5);
+    assert_eq!(queue.settled, 2);
+    assert!(queue.last_heard.unwrap() >= settled_at);
+}
