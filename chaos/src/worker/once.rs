@@ -31,7 +31,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rand::RngExt;
-use redfence::{Client, OnceError};
+use redfence::{Client, FailureReason, OnceError};
 use redis::AsyncCommands;
 
 use super::{Setup, Style, Worker, Workload, DATA_TIMEOUT};
@@ -218,7 +218,17 @@ fn kind<E: std::error::Error + 'static>(e: &OnceError<E>) -> String {
         OnceError::Deadline { .. } => "deadline",
         OnceError::Compute { .. } => "compute",
         OnceError::Failed { .. } => "failed",
-        OnceError::Lock { .. } => "lock",
+        // Which lock failure: a `try_acquire` that reached no majority
+        // either way comes back at once as this error.
+        OnceError::Lock { source, .. } => match source.as_ref() {
+            redfence::Error::NotAcquired(f) => match f.reason {
+                FailureReason::Contended => "lock: contended",
+                FailureReason::Unavailable => "lock: unavailable",
+                FailureReason::ValidityExhausted => "lock: validity exhausted",
+                _ => "lock: other",
+            },
+            _ => "lock: other",
+        },
         OnceError::Stale { .. } => "stale",
         OnceError::Unavailable { .. } => "unavailable",
         OnceError::Store { .. } => "store",
