@@ -37,7 +37,13 @@ usage: chaos [--nemesis all|NAME[,NAME...]] [--duration D] [--seed N]
                  than K holders of a semaphore at once, each slot exclusive,
                  its tokens strictly increasing), or semaphore-overcommit
                  (the bound's negative control: the worker processes ask
-                 for K + 1 permits, the checker must see K + 1 holders)
+                 for K + 1 permits, the checker must see K + 1 holders), or
+                 once (single-flight: client.once(key).get_or_compute on
+                 --resources keys whose values expire every quarter lease;
+                 checked: computations of a key never overlap inside their
+                 leases, no read older than an acknowledged value, waiters
+                 back by their deadline, typed outcomes), or once-unlocked
+                 (its negative control: naive cache-aside, no lock)
   --permits      K of the semaphore workloads, 1 to 16 (default 2)
   --svg          also draw each run's timeline to DIR/<nemesis>.svg: a lane
                  per worker, its holds, the faults, every violation in red

@@ -151,6 +151,26 @@ pub enum Event {
         /// Whether the worker saw its write succeed.
         acked: bool,
     },
+    /// One single-flight request of the `once` workloads
+    /// (`worker/once.rs`); its computation, when it ran one, is a grant
+    /// (the lease the computation's id) and a release. Judged by
+    /// `once_check.rs`, not by [`check`].
+    Once {
+        /// The requesting worker.
+        worker: u32,
+        /// The single-flight key (the computation's grant's resource).
+        key: String,
+        /// When the request began.
+        start_ns: u64,
+        /// When its outcome was known.
+        end_ns: u64,
+        /// The computation this request ran, if its closure ran.
+        computed: Option<u64>,
+        /// The computation whose value it returned.
+        value: Option<u64>,
+        /// Why it returned no value: the error's kind.
+        error: Option<String>,
+    },
     /// A counter's value, read once all workers had stopped. Of several
     /// for one counter, the last line counts.
     CounterFinal {
@@ -761,6 +781,7 @@ pub fn check(events: &[Event]) -> Report {
             Event::CounterFinal { counter, value } => {
                 counters.entry(counter).or_default().final_value = Some(*value);
             }
+            Event::Once { .. } => {}
             Event::Nemesis {
                 at_ns, name, phase, ..
             } => {
@@ -1378,6 +1399,15 @@ mod tests {
             fin(i64::MIN),
             nemesis(11, NemesisPhase::Start, Some("node 2".into())),
             nemesis(12, NemesisPhase::Stop, None),
+            Event::Once {
+                worker: 3,
+                key: "r0".into(),
+                start_ns: 13,
+                end_ns: 14,
+                computed: Some(7),
+                value: None,
+                error: Some("stale".into()),
+            },
         ]
     }
 

@@ -100,6 +100,7 @@ mod cli;
 mod clock;
 mod history;
 mod nemesis;
+mod once_check;
 mod plot;
 mod report;
 mod rig;
@@ -248,17 +249,21 @@ fn suite(opts: &cli::Options) -> Result<ExitCode, BoxError> {
         started.elapsed().as_secs_f64()
     );
     print!("{}", report::table(&outcomes));
-    println!(
-        "\nmutual-exclusion violations: grants whose validity window began inside another holder's \
-         (semaphore workloads: plus grants that made a semaphore's holders more than K); \
-         duplicate or decreasing tokens: grants whose token was granted before, or is below one \
-         known when their attempt began; \
-         lost updates: acknowledged increments missing from the final counters; \
-         stale writes: accepted with a token (or, fencing off, a grant rank) below one already written; \
-         availability: waiting acquires granted within {:?}; \
-         recovery: longest time from a fault's heal to the next grant.",
-        rig::MAX_WAIT
-    );
+    if opts.workload.is_once() {
+        println!("\n{}", once_check::LEGEND);
+    } else {
+        println!(
+            "\nmutual-exclusion violations: grants whose validity window began inside another holder's \
+             (semaphore workloads: plus grants that made a semaphore's holders more than K); \
+             duplicate or decreasing tokens: grants whose token was granted before, or is below one \
+             known when their attempt began; \
+             lost updates: acknowledged increments missing from the final counters; \
+             stale writes: accepted with a token (or, fencing off, a grant rank) below one already written; \
+             availability: waiting acquires granted within {:?}; \
+             recovery: longest time from a fault's heal to the next grant.",
+            rig::MAX_WAIT
+        );
+    }
     for w in report::liveness_warnings(&outcomes) {
         println!("\nliveness warning (not counted in the exit status): {w}");
     }

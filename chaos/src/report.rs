@@ -28,6 +28,7 @@ use crate::bound::Bounded;
 use crate::cli::show_duration;
 use crate::history::{check, holds, Event, Hold, Report, WriteOutcome};
 use crate::nemesis::{Expect, Nemesis};
+use crate::once_check::{self, OnceReport};
 
 /// Everything one nemesis run produced.
 pub struct Outcome {
@@ -39,6 +40,8 @@ pub struct Outcome {
     /// The family's bound across resources (`bound.rs`): at most K
     /// holders of a semaphore; `None` for the one-holder workloads.
     pub bound: Option<Bounded>,
+    /// The single-flight workloads' checks (`once_check.rs`).
+    pub once: Option<OnceReport>,
     /// With fencing off: the check of the history with writes ranked by
     /// grant order.
     pub ranked: Option<Report>,
@@ -194,6 +197,9 @@ pub fn judge(o: &Outcome) -> (bool, String) {
     if !r.anomalies.is_empty() {
         return (false, "FAIL: recorder anomalies".into());
     }
+    if let Some(once) = &o.once {
+        return once_check::judge(o.nemesis, r.overlaps.count, once);
+    }
     if r.grants == 0 {
         return (false, "FAIL: nothing was granted".into());
     }
@@ -300,6 +306,9 @@ fn ms(ns: u64) -> String {
 
 /// The Markdown table of all rows.
 pub fn table(outcomes: &[Outcome]) -> String {
+    if outcomes.iter().any(|o| o.once.is_some()) {
+        return once_table(outcomes);
+    }
     let mut t = String::new();
     t.push_str(
         "| nemesis | duration | clients (tasks + procs×tasks) | resources | granted | \
@@ -351,6 +360,42 @@ pub fn table(outcomes: &[Outcome]) -> String {
     t
 }
 
+/// The single-flight workloads' table: the history checker's overlapping
+/// computations and `once_check.rs`'s columns.
+fn once_table(outcomes: &[Outcome]) -> String {
+    let mut t = String::new();
+    t.push_str(
+        "| nemesis | duration | clients (tasks + procs×tasks) | keys | requests | values | \
+         computations | overlapping computations | reads gone back | waiters late | \
+         untyped outcomes | writes refused (stale) | computations per expiry | expected | verdict |\n",
+    );
+    t.push_str("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|\n");
+    for o in outcomes {
+        let Some(f) = &o.once else { continue };
+        let (_, verdict) = judge(o);
+        let _ = writeln!(
+            t,
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            o.nemesis.name(),
+            show_duration(o.duration),
+            o.clients,
+            o.resources,
+            f.requests,
+            f.values,
+            f.computations,
+            o.report.overlaps.count,
+            f.gone_back.count,
+            f.late,
+            f.untyped,
+            f.outcomes.get("stale").copied().unwrap_or(0),
+            f.per_expiry().map_or("-".into(), |x| format!("{x:.2}")),
+            once_check::expected(o.nemesis, f),
+            verdict,
+        );
+    }
+    t
+}
+
 /// Rows where some heal was followed by no grant at all: not a safety
 /// verdict (the exit code ignores it), but a lock that stopped working.
 pub fn liveness_warnings(outcomes: &[Outcome]) -> Vec<String> {
@@ -394,6 +439,21 @@ pub fn details(o: &Outcome) -> String {
         );
         for e in b.excess.first.iter().take(3) {
             let _ = writeln!(s, "    - {e}");
+        }
+    }
+    if let Some(f) = &o.once {
+        let _ = writeln!(s, "  single-flight requests: {}", f.outcome_line());
+        let _ = writeln!(
+            s,
+            "  single-flight: {} computations, {} began inside another's window or while a value was fresh; \
+             {} values of refused computations returned (not judged); longest waiter {}",
+            f.computations,
+            f.redundant,
+            f.refused_values,
+            ms(f.longest_wait_ns)
+        );
+        for g in f.gone_back.first.iter().take(3) {
+            let _ = writeln!(s, "    - read went back: {g}");
         }
     }
     if let Some(ranked) = &o.ranked {
@@ -466,6 +526,7 @@ mod tests {
             resources: 1,
             report: check(events),
             bound: None,
+            once: None,
             ranked: None,
             late: late(events),
             last_grant_ns: None,

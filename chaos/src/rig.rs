@@ -29,6 +29,7 @@ use crate::cli::Options;
 use crate::clock::{nanos, Clock};
 use crate::history::{self, Event, Writer};
 use crate::nemesis::{self, Faults, Nemesis};
+use crate::once_check;
 use crate::plot;
 use crate::proxy::FaultProxy;
 use crate::report::{self, Outcome};
@@ -272,6 +273,16 @@ pub fn run(
         std::fs::write(&file, plot::svg(&title, &events, &report))?;
     }
     let ranked = (!nemesis.fencing()).then(|| report::check_ranked(&events));
+    let once = opts.workload.is_once().then(|| {
+        let s = worker::OnceSettings::of(ttl);
+        let limits = once_check::Limits {
+            wait: s.wait,
+            slack: once_check::slack(nemesis, ttl),
+            value_ttl: s.value_ttl,
+            control: opts.workload == Workload::OnceUnlocked,
+        };
+        once_check::check(&events, limits)
+    });
     let late = report::late(&events);
     Ok(Outcome {
         nemesis,
@@ -280,6 +291,7 @@ pub fn run(
         resources: opts.resources,
         report,
         bound,
+        once,
         ranked,
         late,
         failures: report::failures(&events),

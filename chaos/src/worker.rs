@@ -26,7 +26,10 @@ use crate::clock::Clock;
 use crate::history::{Event, Writer};
 use crate::BoxError;
 
+mod once;
 mod semaphore;
+
+pub use once::OnceSettings;
 
 /// Every call the workload makes to the data node is bounded by this (the
 /// lock's own calls are bounded by the library). The data node is never
@@ -57,6 +60,11 @@ pub enum Workload {
     /// The semaphore's negative control: the worker processes' clients
     /// ask for K + 1 permits, the checker bounds at K.
     SemaphoreOvercommit,
+    /// Single-flight requests on a few keys whose values expire fast;
+    /// see `worker/once.rs`.
+    Once,
+    /// The single-flight's negative control: naive cache-aside, no lock.
+    OnceUnlocked,
 }
 
 impl Workload {
@@ -66,6 +74,8 @@ impl Workload {
             Workload::Election => "election",
             Workload::Semaphore => "semaphore",
             Workload::SemaphoreOvercommit => "semaphore-overcommit",
+            Workload::Once => "once",
+            Workload::OnceUnlocked => "once-unlocked",
         }
     }
 
@@ -75,8 +85,11 @@ impl Workload {
             "election" => Ok(Workload::Election),
             "semaphore" => Ok(Workload::Semaphore),
             "semaphore-overcommit" => Ok(Workload::SemaphoreOvercommit),
+            "once" => Ok(Workload::Once),
+            "once-unlocked" => Ok(Workload::OnceUnlocked),
             _ => Err(format!(
-                "--workload {s:?}: expected mutex, election, semaphore or semaphore-overcommit"
+                "--workload {s:?}: expected mutex, election, semaphore, semaphore-overcommit, \
+                 once or once-unlocked"
             )),
         }
     }
@@ -87,6 +100,7 @@ impl Workload {
     pub fn limit(self, permits: u32) -> Option<(Limit, bool)> {
         match self {
             Workload::Mutex | Workload::Election => None,
+            Workload::Once | Workload::OnceUnlocked => None,
             Workload::Semaphore => Some((Limit::Permits(permits), false)),
             Workload::SemaphoreOvercommit => Some((Limit::Permits(permits), true)),
         }
@@ -132,7 +146,8 @@ impl LockConfig {
         Ok(builder
             .node_timeout(self.node_timeout)
             .retry(Retry::new().with_max_wait(self.max_wait))
-            .fencing(self.fencing || self.workload == Workload::Election)
+            // Single-flight needs tokens too (`OnceError::FencingOff`).
+            .fencing(self.fencing || self.workload == Workload::Election || self.workload.is_once())
             .restart_guard(guard)
             .build()?)
     }
@@ -284,6 +299,7 @@ pub async fn run(id: u32, style: Style, seed: u64, setup: Arc<Setup>) -> Result<
             Workload::Semaphore | Workload::SemaphoreOvercommit => {
                 w.permit_round(resource, lease, &client).await
             }
+            Workload::Once | Workload::OnceUnlocked => w.once_round(resource, lease, &client).await,
         };
         if !granted {
             // A quick failure (nodes refusing connections) must not spin.

@@ -49,7 +49,7 @@ fn a_usage_error_exits_2_with_one_error_line_and_no_panic() {
         ),
         (
             &["--workload", "queue"][..],
-            "--workload \"queue\": expected mutex, election, semaphore or",
+            "--workload \"queue\": expected mutex, election, semaphore",
         ),
         (&["--permits", "0"][..], "--permits must be 1 to 16"),
     ] {
