@@ -13,6 +13,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use redfence::{Client, OnceError, SingleFlight};
+use tokio::time::timeout;
 
 use crate::helpers::{builder, client_with_timeout, ms, secs, warm_client};
 use crate::support::Cluster;
@@ -500,7 +501,16 @@ struct MemStore {
     records: std::sync::Mutex<std::collections::HashMap<String, Record>>,
     failing: std::sync::atomic::AtomicBool,
     writes: AtomicUsize,
+    /// Holds the next read after its snapshot: says so on the first
+    /// channel, returns the snapshot when the second fires (a read that
+    /// began before a write and answers after it).
+    held_read: std::sync::Mutex<Option<HeldRead>>,
 }
+
+type HeldRead = (
+    tokio::sync::oneshot::Sender<()>,
+    tokio::sync::oneshot::Receiver<()>,
+);
 
 #[derive(Debug, thiserror::Error)]
 #[error("store down")]
@@ -514,15 +524,25 @@ impl redfence::OnceStore for MemStore {
         if self.failing.load(Ordering::SeqCst) {
             return Err(redfence::StoreError::Backend(Box::new(StoreDown)));
         }
-        let records = self.records.lock().unwrap();
-        Ok(records.get(key).map(|(value, token, until, delta)| {
-            redfence::OnceRecord::new(
-                value.clone(),
-                redfence::FencingToken::new(*token),
-                until.saturating_duration_since(Instant::now()),
-                *delta,
-            )
-        }))
+        let snapshot = self
+            .records
+            .lock()
+            .unwrap()
+            .get(key)
+            .map(|(value, token, until, delta)| {
+                redfence::OnceRecord::new(
+                    value.clone(),
+                    redfence::FencingToken::new(*token),
+                    until.saturating_duration_since(Instant::now()),
+                    *delta,
+                )
+            });
+        let held = self.held_read.lock().unwrap().take();
+        if let Some((taken, go)) = held {
+            let _ = taken.send(());
+            let _ = go.await;
+        }
+        Ok(snapshot)
     }
 
     async fn write(
@@ -899,4 +919,104 @@ fn without_the_helper_two_processes_compute_many_times_per_expiry() {
         "{} computations",
         computations(&expiries[0])
     );
+}
+
+/// A caller whose first look came before another computer's write, and
+/// whose `try_acquire` came after that computer's release, reads again
+/// under the lock and takes the value: one computation, not two (the
+/// fault suite's finding; without the read under the lock this computes
+/// twice and returns its own value).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_caller_granted_after_another_computed_takes_its_value_without_computing() {
+    let cluster = Cluster::start(3);
+    let clients = two_clients(&cluster).await;
+    let store = Arc::new(MemStore::default());
+    let (taken_tx, taken_rx) = tokio::sync::oneshot::channel();
+    let (go_tx, go_rx) = tokio::sync::oneshot::channel();
+    *store.held_read.lock().unwrap() = Some((taken_tx, go_rx));
+    let count = Arc::new(AtomicUsize::new(0));
+    let late = {
+        let (once, store, count) = (
+            clients[1].once("product:11").wait(secs(30)),
+            Arc::clone(&store),
+            Arc::clone(&count),
+        );
+        tokio::spawn(async move {
+            let got: Result<Vec<u8>> = once
+                .get_or_compute_in(&*store, || counted(count, ms(1), "late"))
+                .await;
+            got
+        })
+    };
+    // Its look saw the empty store; now another client computes, writes
+    // and releases before that look answers.
+    taken_rx.await.unwrap();
+    let first: Result<Vec<u8>> = clients[0]
+        .once("product:11")
+        .get_or_compute_in(&*store, || counted(Arc::clone(&count), ms(1), "first"))
+        .await;
+    assert_eq!(first.unwrap(), b"first");
+    go_tx.send(()).unwrap();
+    let got = tokio::time::timeout(secs(30), late).await.unwrap().unwrap();
+    assert_eq!(got.unwrap(), b"first");
+    assert_eq!(count.load(Ordering::SeqCst), 1, "computations");
+}
+
+/// A `try_acquire` that reaches no majority either way waits for the
+/// holder as a refusal does, instead of returning `OnceError::Lock` at once
+/// (the fault suite's finding). The computer holds on nodes 0 and 2 (node 1
+/// was down); node 1 comes back empty and node 2 stops answering: the
+/// second caller's look reads nodes 0 and 1, and its attempt is refused by
+/// node 0, granted by node 1 and unanswered by node 2.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_caller_that_meets_a_silent_node_waits_for_the_computer() {
+    let mut cluster = Cluster::start(3);
+    let computer_client = client_with_timeout(cluster.urls(), ms(200));
+    crate::helpers::warm_up(&computer_client, &cluster).await;
+    cluster.node(1).kill();
+    let count = Arc::new(AtomicUsize::new(0));
+    let (started_tx, started_rx) = tokio::sync::oneshot::channel();
+    let (finish_tx, finish_rx) = tokio::sync::oneshot::channel::<()>();
+    let computer = {
+        let once = computer_client.once("product:12").ttl(secs(30));
+        let count = Arc::clone(&count);
+        tokio::spawn(async move {
+            let got: Result<Vec<u8>> = once
+                .get_or_compute(|| async move {
+                    count.fetch_add(1, Ordering::SeqCst);
+                    let _ = started_tx.send(());
+                    let _ = finish_rx.await;
+                    Ok(b"computed".to_vec())
+                })
+                .await;
+            got
+        })
+    };
+    timeout(secs(20), started_rx).await.unwrap().unwrap();
+    cluster.node(1).restart();
+    // A client of the new server (the warm-up helper counts every lock
+    // key, the computer's too): connected to all three, then node 2 stops.
+    let client = client_with_timeout(cluster.urls(), ms(500));
+    let warm = client.acquire("warm-up", secs(5)).await.unwrap();
+    warm.release().await;
+    cluster.node(2).pause();
+    let waiter = {
+        let once = client.once("product:12").wait(secs(60));
+        let count = Arc::clone(&count);
+        tokio::spawn(async move {
+            let got: Result<Vec<u8>> = once
+                .get_or_compute(|| counted(count, ms(1), "second"))
+                .await;
+            got
+        })
+    };
+    tokio::time::sleep(ms(1500)).await;
+    let early = waiter.is_finished();
+    cluster.node(2).resume();
+    assert!(!early, "returned at once: {:?}", waiter.await);
+    finish_tx.send(()).unwrap();
+    assert_eq!(computer.await.unwrap().unwrap(), b"computed");
+    let got = timeout(secs(60), waiter).await.unwrap().unwrap();
+    assert_eq!(got.unwrap(), b"computed");
+    assert_eq!(count.load(Ordering::SeqCst), 1, "computations");
 }
