@@ -1,5 +1,5 @@
-//! The read-write lock's three scripts (`lua/` beside this file) and the
-//! parser of their replies. Extend, release and the token's write-back are
+//! The read-write lock's scripts (`lua/` beside this file) and the
+//! parsers of their replies. Extend, release and the token's write-back are
 //! the mutex's own scripts: every rw entry (the writer's key, each
 //! reader's entry) is a string key holding its owner's value with a TTL,
 //! as a mutex's lock key is.
@@ -8,6 +8,7 @@ use std::sync::LazyLock;
 
 use redis::Value;
 
+use super::view::RwObservation;
 use crate::error::failure::NodeErrorKind;
 use crate::wire::commands::{held_for, unexpected};
 use crate::wire::scripts::Script;
@@ -54,6 +55,51 @@ pub(crate) static WRITE: LazyLock<Script> =
 pub(crate) static DOWNGRADE: LazyLock<Script> =
     LazyLock::new(|| Script::new("rw-downgrade", include_str!("lua/downgrade.lua")));
 
+/// The inspection, read-only (`GET`, `PTTL`, `SMEMBERS`): the writer
+/// key, the waiting writer's marker, the fence, the size of the readers'
+/// index and up to ARGV[1] live reader entries; dead names are skipped,
+/// not pruned.
+///
+/// KEYS: writer, readers, waiting[, fence]. ARGV: the most entries.
+/// Reply: `{writer, its PTTL, marker, its PTTL, fence, names, {value,
+/// PTTL, …}}`, nil for what is absent.
+pub(crate) static INSPECT: LazyLock<Script> =
+    LazyLock::new(|| Script::new("rw-inspect", include_str!("lua/inspect.lua")));
+
+/// The inspection's reply. Values are holders' secrets: never formatted
+/// into an error.
+pub(crate) fn parse_inspect(reply: Value) -> Result<RwObservation, NodeErrorKind> {
+    let text = |v: &Value| match v {
+        Value::BulkString(b) => Some(String::from_utf8_lossy(b).into_owned()),
+        Value::SimpleString(s) => Some(s.clone()),
+        _ => None,
+    };
+    let Value::Array(items) = reply else {
+        return Err(unexpected(Value::Nil));
+    };
+    let [writer, Value::Int(wt), waiting, Value::Int(xt), fence, Value::Int(names), Value::Array(entries)] =
+        items.as_slice()
+    else {
+        return Err(unexpected(Value::Nil));
+    };
+    // A key read by GET and gone by PTTL (it expired between) is absent.
+    let present = |v: &Value, pttl: i64| text(v).filter(|_| pttl != -2).map(|v| (v, pttl));
+    let mut readers = Vec::with_capacity(entries.len() / 2);
+    for e in entries.chunks(2) {
+        match e {
+            [value, Value::Int(pttl)] => readers.extend(present(value, *pttl)),
+            _ => return Err(unexpected(Value::Nil)),
+        }
+    }
+    Ok(RwObservation {
+        writer: present(writer, *wt),
+        waiting: present(waiting, *xt),
+        fence: text(fence).and_then(|f| f.parse().ok()),
+        indexed: usize::try_from(*names).unwrap_or(0),
+        readers,
+    })
+}
+
 /// A read or write admission's reply: the fence (0 without fencing), or
 /// `HeldByOther` with the blocker's remaining TTL.
 pub(crate) fn parse_admit(reply: Value) -> Result<u64, NodeErrorKind> {
@@ -86,6 +132,32 @@ mod tests {
     }
 
     #[test]
+    fn the_inspections_reply_parses_and_skips_what_expired_between() {
+        let bulk = |s: &str| Value::BulkString(s.as_bytes().to_vec());
+        let reply = Value::Array(vec![
+            bulk("aaaaaaaaaaaaaaaa:1"),
+            Value::Int(900),
+            Value::Nil,
+            Value::Int(-2),
+            bulk("42"),
+            Value::Int(3),
+            Value::Array(vec![
+                bulk("bbbbbbbbbbbbbbbb:2"),
+                Value::Int(500),
+                bulk("cccccccccccccccc:3"),
+                Value::Int(-2),
+            ]),
+        ]);
+        let o = parse_inspect(reply).expect("parses");
+        assert_eq!(o.writer, Some(("aaaaaaaaaaaaaaaa:1".into(), 900)));
+        assert!(o.waiting.is_none());
+        assert_eq!((o.fence, o.indexed), (Some(42), 3));
+        assert_eq!(o.readers, [("bbbbbbbbbbbbbbbb:2".to_owned(), 500)]);
+        assert!(parse_inspect(Value::Int(1)).is_err());
+        assert!(parse_inspect(Value::Array(vec![Value::Nil])).is_err());
+    }
+
+    #[test]
     fn scripts_know_the_commands_they_run() {
         assert_eq!(
             READ.commands(),
@@ -96,6 +168,7 @@ mod tests {
             ["GET", "SET", "PTTL", "SMEMBERS", "EXISTS", "DEL", "SREM", "INCR", "INCRBY"]
         );
         assert_eq!(DOWNGRADE.commands(), ["GET", "DEL", "SET", "SADD"]);
+        assert_eq!(INSPECT.commands(), ["GET", "PTTL", "SMEMBERS"]);
         assert!(!READ.eval_when_decided && !WRITE.eval_when_decided);
     }
 }
