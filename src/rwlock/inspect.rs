@@ -7,12 +7,13 @@
 use std::time::Instant;
 
 use super::keys::RwKeys;
-use super::scripts::{parse_inspect, INSPECT};
+use super::scripts::parse_inspect;
 use super::view::{summarise, RwInspection, RwObservation, RwSeen};
 use crate::logic::resource::fence_key;
 use crate::node::Settled;
 use crate::protocol::fanout::{all_nodes, FanOut};
 use crate::protocol::shared::Shared;
+use crate::wire::scripts::RW_INSPECT;
 
 /// Reads lock `keys` on every node: writer, readers, waiting writer, fence.
 pub(crate) async fn inspect(shared: &Shared, keys: &RwKeys) -> RwInspection {
@@ -23,7 +24,7 @@ pub(crate) async fn inspect(shared: &Shared, keys: &RwKeys) -> RwInspection {
     let mut k: Vec<&str> = vec![&keys.writer, &keys.readers, &keys.waiting];
     k.extend(fence.as_deref());
     let most = RwInspection::MAX_READERS.to_string();
-    let evalsha = INSPECT.evalsha(&k, &[most.as_bytes()]);
+    let evalsha = RW_INSPECT.evalsha(&k, &[most.as_bytes()]);
     let started = Instant::now();
     let deadline = started + shared.config.node_timeout;
     let mut fan: FanOut<RwObservation> = FanOut::start(
@@ -34,7 +35,7 @@ pub(crate) async fn inspect(shared: &Shared, keys: &RwKeys) -> RwInspection {
             let evalsha = evalsha.clone();
             async move {
                 let reply = node
-                    .run_script_prepared(&INSPECT, &evalsha, &Settled::NEVER, false, None)
+                    .run_script_prepared(&RW_INSPECT, &evalsha, &Settled::NEVER, false, None)
                     .await?;
                 parse_inspect(reply)
             }

@@ -9,8 +9,9 @@
 //!
 //! - `keys`: the lock's Redis keys (pure);
 //! - `target`: [`RwMode`] and a hold's request as the engine takes it;
-//! - `scripts` (+ `lua/`): the reader's and the writer's admission and the
-//!   downgrade, and their replies;
+//! - `scripts`: the parsers of the admissions' and the inspection's
+//!   replies (the scripts are `wire::scripts`' `RW_*`, from
+//!   `wire/lua/rw_*.lua`, loaded by every connection's handshake);
 //! - `admit`: one attempt of either mode (round, settle, cleanup);
 //! - `marker`: the waiting writer's marker;
 //! - `convert`: the downgrade;
