@@ -574,4 +574,56 @@ mod tests {
         );
         assert!(table(&[control]).contains("| above K (control) |"));
     }
+
+    /// A read-write lock's rows: a writer beside a reader fails a safe
+    /// row, a read below an earlier write fails it as token order (each
+    /// resource alone is clean), and the bypass control passes only with
+    /// a writer beside another holder.
+    #[test]
+    fn a_writer_beside_a_reader_and_tokens_across_modes_count_in_the_row() {
+        use crate::bound::{check as bound, rw_resource, Limit};
+        let rw = |lease: u64, write: bool, at_ns: u64, token: u64| Event::Grant {
+            worker: lease as u32,
+            resource: rw_resource("r0", write, lease),
+            lease,
+            start_ns: at_ns - 1,
+            at_ns,
+            valid_until_ns: at_ns + 100,
+            token: Some(token),
+        };
+        let judged = |events: &[Event], nemesis, control| {
+            let mut o = outcome(nemesis, events);
+            o.bound = Some(bound(events, Limit::ReadWrite, control));
+            o
+        };
+        let beside = [rw(1, false, 10, 5), rw(2, false, 20, 5), rw(3, true, 30, 6)];
+        let row = judged(&beside, Nemesis::Pause, false);
+        assert_eq!(row.report.overlaps.count, 0, "each resource alone is clean");
+        let (pass, why) = judge(&row);
+        assert!(!pass && why == "FAIL: overlapping holders", "{why}");
+        assert!(table(&[row]).contains("| pause | 4s | 4 + 2×2 | 1 | 3 | 1 | 0 |"));
+        let (pass, why) = judge(&judged(&beside, Nemesis::KillAof, true));
+        assert!(pass && why == "PASS (violation shown)", "{why}");
+        // Readers together, then a writer after them, then a read that
+        // carries less than that write: token order, one in the column.
+        let stale_read = [
+            rw(1, false, 10, 5),
+            rw(2, false, 20, 5),
+            rw(3, true, 200, 6),
+            rw(4, false, 400, 5),
+        ];
+        let row = judged(&stale_read, Nemesis::Pause, false);
+        let (pass, why) = judge(&row);
+        assert!(!pass && why == "FAIL: token order", "{why}");
+        assert!(table(&[row]).contains("| pause | 4s | 4 + 2×2 | 1 | 4 | 0 | 1 |"));
+        let clean = &stale_read[..3];
+        assert!(judge(&judged(clean, Nemesis::Pause, false)).0);
+        let control = judged(clean, Nemesis::Pause, true);
+        let (pass, why) = judge(&control);
+        assert!(
+            !pass && why == "FAIL: control showed no writer beside another holder",
+            "{why}"
+        );
+        assert!(table(&[control]).contains("| writer beside readers (control) |"));
+    }
 }
