@@ -1,7 +1,8 @@
 //! The workloads (`--workload`): in `mutex` a worker loops acquire →
 //! critical section → release (or not); in `election` it loops campaign →
 //! fenced writes with the term while leading → resign (or lose the
-//! leadership). Every step is recorded as a history event, a leadership
+//! leadership); `semaphore` and `rw` are in `worker/semaphore.rs` and
+//! `worker/rw.rs`. Every step is recorded as a history event, a leadership
 //! as a grant (its term the token) and its end as a release or a lost
 //! signal, so one checker judges both. The same loop runs as tasks of the
 //! parent and as tasks of worker processes; only the [`Sink`] differs (the
@@ -26,6 +27,7 @@ use crate::clock::Clock;
 use crate::history::{Event, Writer};
 use crate::BoxError;
 
+mod rw;
 mod semaphore;
 
 /// Every call the workload makes to the data node is bounded by this (the
@@ -57,6 +59,13 @@ pub enum Workload {
     /// The semaphore's negative control: the worker processes' clients
     /// ask for K + 1 permits, the checker bounds at K.
     SemaphoreOvercommit,
+    /// Readers and writers of one read-write lock (`--writers-percent` of
+    /// the rounds write); see `worker/rw.rs`.
+    Rw,
+    /// The read-write check's negative control: the writers take a mutex
+    /// of the lock's name instead of its write lock, so they exclude each
+    /// other but not the readers.
+    RwUnsafe,
 }
 
 impl Workload {
@@ -66,6 +75,8 @@ impl Workload {
             Workload::Election => "election",
             Workload::Semaphore => "semaphore",
             Workload::SemaphoreOvercommit => "semaphore-overcommit",
+            Workload::Rw => "rw",
+            Workload::RwUnsafe => "rw-unsafe",
         }
     }
 
@@ -75,8 +86,10 @@ impl Workload {
             "election" => Ok(Workload::Election),
             "semaphore" => Ok(Workload::Semaphore),
             "semaphore-overcommit" => Ok(Workload::SemaphoreOvercommit),
+            "rw" => Ok(Workload::Rw),
+            "rw-unsafe" => Ok(Workload::RwUnsafe),
             _ => Err(format!(
-                "--workload {s:?}: expected mutex, election, semaphore or semaphore-overcommit"
+                "--workload {s:?}: expected mutex, election, semaphore, semaphore-overcommit, rw or rw-unsafe"
             )),
         }
     }
@@ -89,6 +102,8 @@ impl Workload {
             Workload::Mutex | Workload::Election => None,
             Workload::Semaphore => Some((Limit::Permits(permits), false)),
             Workload::SemaphoreOvercommit => Some((Limit::Permits(permits), true)),
+            Workload::Rw => Some((Limit::ReadWrite, false)),
+            Workload::RwUnsafe => Some((Limit::ReadWrite, true)),
         }
     }
 }
@@ -104,6 +119,9 @@ pub struct LockConfig {
     pub resources: u32,
     /// K of the semaphore workloads (`--permits`).
     pub permits: u32,
+    /// The share of the rw workloads' rounds that write, in percent
+    /// (`--writers-percent`).
+    pub writers_percent: u32,
     /// Whether the workers' writes carry their token (or term). The
     /// election needs tokens, so with `Workload::Election` the client keeps
     /// fencing on and `false` means a leader that ignores its term (plain
@@ -284,6 +302,7 @@ pub async fn run(id: u32, style: Style, seed: u64, setup: Arc<Setup>) -> Result<
             Workload::Semaphore | Workload::SemaphoreOvercommit => {
                 w.permit_round(resource, lease, &client).await
             }
+            Workload::Rw | Workload::RwUnsafe => w.rw_round(resource, lease, &client).await,
         };
         if !granted {
             // A quick failure (nodes refusing connections) must not spin.
@@ -330,19 +349,21 @@ impl Worker {
             Ok(Err(e)) => Err(short_reason(&e)),
             Err(_) => Err("rig timeout".to_owned()),
         };
-        self.settle(name, start_ns, outcome, resource, lease).await
+        self.settle(name, start_ns, outcome, Some(resource), lease)
+            .await
     }
 
     /// Records a waiting acquire of `asked` begun at `start_ns` and, when
-    /// it got `guard` on resource `held` (the lock's own, or a permit's
-    /// slot), the grant and the hold, whose critical sections use counter
-    /// and store key `cell`. Returns whether it was granted.
+    /// it got `guard` on resource `held` (the lock's own, a permit's slot,
+    /// or a read-write lock's mode), the grant and the hold, whose critical
+    /// sections use counter and store key `cell` (`None`: a reader, which
+    /// writes nothing). Returns whether it was granted.
     async fn settle(
         &mut self,
         asked: String,
         start_ns: u64,
         outcome: Result<(String, LockGuard), String>,
-        cell: u32,
+        cell: Option<u32>,
         lease: u64,
     ) -> bool {
         let end_ns = self.now();
@@ -370,12 +391,14 @@ impl Worker {
         true
     }
 
-    /// The critical section, then the end of the lease by the worker's
-    /// style.
-    async fn hold(&mut self, guard: LockGuard, resource: u32, lease: u64) {
+    /// The critical section (none for a reader: `cell` is `None`), then
+    /// the end of the lease by the worker's style.
+    async fn hold(&mut self, guard: LockGuard, cell: Option<u32>, lease: u64) {
         let mut lost = Box::pin(guard.lost());
         let mut deadline = guard.valid_until();
-        self.work(&guard.lease(), resource, lease).await;
+        if let Some(cell) = cell {
+            self.work(&guard.lease(), cell, lease).await;
+        }
         let ttl = self.setup.lock.ttl;
         let dwell = match self.style {
             Style::Release => Some(Duration::from_millis(self.rng.random_range(5..=30))),
@@ -413,9 +436,9 @@ impl Worker {
                 }
             }
         }
-        if self.style == Style::AutoExtend && !gone {
+        if let Some(cell) = cell.filter(|_| self.style == Style::AutoExtend && !gone) {
             // Under the extended lease, well past the first TTL.
-            self.work(&guard.lease(), resource, lease).await;
+            self.work(&guard.lease(), cell, lease).await;
         }
         if gone {
             // Let the keys expire on the nodes too (validity is TTL minus
@@ -661,6 +684,7 @@ impl ProcArgs {
             ("max-wait-ms", ms(l.max_wait)),
             ("resources", l.resources.to_string()),
             ("permits", l.permits.to_string()),
+            ("writers-percent", l.writers_percent.to_string()),
             ("fencing", l.fencing.to_string()),
             ("guard-ms", l.guard.map_or("off".to_owned(), ms)),
             (
@@ -712,6 +736,7 @@ impl ProcArgs {
                 max_wait: ms("max-wait-ms")?,
                 resources: num("resources", get("resources")?)?,
                 permits: num("permits", get("permits")?)?,
+                writers_percent: num("writers-percent", get("writers-percent")?)?,
                 fencing: num("fencing", get("fencing")?)?,
                 guard,
                 reconnect_backoff_max,
