@@ -221,7 +221,10 @@ pub use observe::stats::Stats;
 pub use once::{OnceError, OnceRecord, OnceStore, SingleFlight};
 pub use protocol::inspect::{ForceOutcome, ForceReleased, NodeForceRelease};
 pub use protocol::release::Released;
-pub use rwlock::{RwGuard, RwLock, RwMode, RwRequest, UpgradeError};
+pub use rwlock::{
+    RwEntry, RwGuard, RwHold, RwInspection, RwLock, RwMode, RwNodeInspection, RwRequest,
+    UpgradeError,
+};
 pub use semaphore::{Permit, Semaphore, SemaphoreRequest};
 pub use settings::autoextend::AutoExtend;
 pub use settings::config::NodeSpec;

@@ -10,7 +10,7 @@ pub const USAGE: &str = "\
 usage: chaos [--nemesis all|NAME[,NAME...]] [--duration D] [--seed N]
              [--history-dir DIR] [--tasks N] [--procs N] [--proc-tasks N]
              [--resources N] [--store KIND] [--workload KIND] [--permits K]
-             [--svg DIR] [--list]
+             [--writers-percent P] [--svg DIR] [--list]
 
   --nemesis      which faults to run, in order (default all); --list names them
   --duration     how long each nemesis runs: 8s, 90s, 2m, 10m, 500ms (default 10s)
@@ -22,7 +22,8 @@ usage: chaos [--nemesis all|NAME[,NAME...]] [--duration D] [--seed N]
   --proc-tasks   worker tasks per process (default 2)
   --resources    resources the workers pick from (default 3; 1 is the hot
                  lock: every worker contends for one resource), 1 to 16;
-                 the semaphore workloads' default is 1 (8 workers for K)
+                 the semaphore and rw workloads' default is 1 (8 workers
+                 on one semaphore or read-write lock)
   --store        where the fenced writes go: redis (default, the crate's
                  FencedStore on the data node), or mysql, postgres, sqlite
                  (the sqlx stores on a MariaDB or PostgreSQL server started
@@ -42,9 +43,20 @@ usage: chaos [--nemesis all|NAME[,NAME...]] [--duration D] [--seed N]
                  --resources keys whose values expire every quarter lease;
                  checked: computations of a key never overlap inside their
                  leases, no read older than an acknowledged value, waiters
-                 back by their deadline, typed outcomes), or once-unlocked
-                 (its negative control: naive cache-aside, no lock)
+                 back by their deadline, typed outcomes), once-unlocked
+                 (its negative control: naive cache-aside, no lock),
+                 rw (readers and writers of one read-write lock, the
+                 writers running the critical section; checked: a writer
+                 holds alone, readers may share, a write's token above
+                 every read and write granted before it, a read's at least
+                 every earlier write's), or rw-unsafe (its negative
+                 control: the writers take a mutex of the lock's name
+                 instead of its write lock, the checker must see a writer
+                 beside readers)
   --permits      K of the semaphore workloads, 1 to 16 (default 2)
+  --writers-percent
+                 the share of the rw workloads' rounds that write, 0 to 100
+                 (default 25: read-mostly, as read-write locks are used)
   --svg          also draw each run's timeline to DIR/<nemesis>.svg: a lane
                  per worker, its holds, the faults, every violation in red
 
@@ -66,6 +78,8 @@ pub struct Options {
     pub workload: crate::worker::Workload,
     /// K of the semaphore workloads (`--permits`).
     pub permits: u32,
+    /// The share of the rw workloads' rounds that write, in percent.
+    pub writers_percent: u32,
     /// Where each run's timeline goes, as `<nemesis>.svg`.
     pub svg: Option<PathBuf>,
     pub list: bool,
@@ -85,6 +99,7 @@ pub fn parse(args: &[String]) -> Result<Options, String> {
         store: crate::sqlstore::StoreKind::Redis,
         workload: crate::worker::Workload::Mutex,
         permits: 2,
+        writers_percent: 25,
         svg: None,
         list: false,
     };
@@ -117,6 +132,7 @@ pub fn parse(args: &[String]) -> Result<Options, String> {
             "--store" => o.store = crate::sqlstore::StoreKind::parse(&value()?)?,
             "--workload" => o.workload = crate::worker::Workload::parse(&value()?)?,
             "--permits" => o.permits = parse_num(flag, &value()?)?,
+            "--writers-percent" => o.writers_percent = parse_num(flag, &value()?)?,
             "--svg" => o.svg = Some(PathBuf::from(value()?)),
             "--list" => o.list = true,
             "-h" | "--help" => return Err(String::new()),
@@ -133,12 +149,16 @@ pub fn parse(args: &[String]) -> Result<Options, String> {
     }
     // One semaphore unless told: every worker contends for its K permits,
     // so the bound is under pressure all the time and a permit that runs
-    // out is taken over at once (what the pause controls need).
+    // out is taken over at once (what the pause controls need). One
+    // read-write lock likewise: readers and writers of one lock.
     if !resources_given && o.workload.limit(o.permits).is_some() {
         o.resources = 1;
     }
     if !(1..=16).contains(&o.permits) {
         return Err("--permits must be 1 to 16".into());
+    }
+    if o.writers_percent > 100 {
+        return Err("--writers-percent must be 0 to 100".into());
     }
     if o.tasks + o.procs * o.proc_tasks > 64 {
         return Err("at most 64 workers in all".into());

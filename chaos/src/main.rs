@@ -57,6 +57,16 @@
 //! semaphore at once. `--workload semaphore-overcommit` is that check's
 //! negative control (the worker processes ask for K + 1 permits).
 //!
+//! With `--workload rw` (`worker/rw.rs`) each worker reads or writes the
+//! read-write locks `r0`… (`--writers-percent` of its rounds write,
+//! default 25); writers run the mutex's critical section, readers only
+//! hold. Writes are recorded on `r0:write`, so the checker's per-resource
+//! checks are the writers' exclusion and token order; each read on a
+//! resource of its own, and `bound` joins them: a writer holds alone, and
+//! the tokens across modes are what DESIGN.md, section 6b, promises.
+//! `--workload rw-unsafe` is its negative control (the writers take a
+//! mutex of the lock's name, which readers never meet).
+//!
 //! ## Clock and history
 //!
 //! Every event (attempt, grant with its validity deadline, extension,
@@ -73,8 +83,10 @@
 //!
 //! Module map: `cli` (options), `clock` (the shared clock), `worker` (the
 //! workloads, in tasks and processes; `worker/semaphore.rs` the
-//! semaphore's), `bound` (the bound across a group's resources: K holders
-//! of a semaphore), `children` (worker processes, their
+//! semaphore's, `worker/rw.rs` the read-write lock's), `bound` (the bound
+//! across a group's resources: K holders of a semaphore, a writer alone
+//! on a read-write lock, and that lock's tokens across modes),
+//! `children` (worker processes, their
 //! output, the worker-pause gate), `nemesis` (the schedules; its docs have
 //! the table of every nemesis; `nemesis/failover.rs` the failover's,
 //! `nemesis/sentinel.rs` the Sentinel failover's),
@@ -254,9 +266,11 @@ fn suite(opts: &cli::Options) -> Result<ExitCode, BoxError> {
     } else {
         println!(
             "\nmutual-exclusion violations: grants whose validity window began inside another holder's \
-             (semaphore workloads: plus grants that made a semaphore's holders more than K); \
+             (semaphore workloads: plus grants that made a semaphore's holders more than K; \
+             rw workloads: plus grants that put a writer beside another holder); \
              duplicate or decreasing tokens: grants whose token was granted before, or is below one \
-             known when their attempt began; \
+             known when their attempt began (rw workloads: plus writes not above an earlier read, \
+             reads below an earlier write); \
              lost updates: acknowledged increments missing from the final counters; \
              stale writes: accepted with a token (or, fencing off, a grant rank) below one already written; \
              availability: waiting acquires granted within {:?}; \

@@ -25,7 +25,7 @@
 //! | `worker-pause` | workers in processes dwell 40–80 ms between read and write | quiet 200–600 ms; SIGSTOP a worker process at its next critical section, for 1.5–3 TTL, SIGCONT | 1 process | no overlap; lost updates; 0 stale writes accepted, some rejected |
 //! | `partition` | clients reach nodes through fault proxies | quiet 200–800 ms; `Blackhole`, `Reset`, `Stall` or `DropReplies` for 100–1500 ms | 1–2 random | safe |
 //! | `delay` | fault proxies | quiet 200–800 ms; `Delay` 20–80 ms per victim (round trip 40–160 ms against a 50 ms node timeout) for 300–2000 ms | 1–2 random | safe |
-//! | `clock-jump` | | quiet 100–500 ms; on each victim `PEXPIRE` every lock key to 1–5 ms: that node's clock jumping ahead past every lock it holds | one or both of 2 "bad clock" nodes drawn once per run | tokens safe; mutual exclusion is not promised (Redlock assumes bounded clock drift on every node) |
+//! | `clock-jump` | | quiet 100–500 ms; on each victim `PEXPIRE` every lock key (a mutex's, a read-write lock's writer key and reader entries) to 1–5 ms: that node's clock jumping ahead past every lock it holds | one or both of 2 "bad clock" nodes drawn once per run | tokens safe; mutual exclusion is not promised (Redlock assumes bounded clock drift on every node) |
 //! | `evict` | `maxmemory-policy volatile-lru` | quiet 300–800 ms; `maxmemory` set 256 KB above use, 4 KB filler keys with a TTL pumped for 500–1500 ms, limit lifted | 3 random: a majority, as the misconfiguration is the deployment's, not one node's | violation (negative control) |
 //! | `no-fencing` | as `worker-pause`, with `fencing(false)` and plain `SET` for the store | as `worker-pause` | 1 process | stale writes accepted (negative control) |
 //!
@@ -497,13 +497,24 @@ fn connect(port: u16) -> redis::RedisResult<redis::Connection> {
     Ok(conn)
 }
 
+/// The kinds of key that hold a lock, each a string with its holder's
+/// value and a TTL: a mutex's (and a semaphore slot's) `lock:`, a
+/// read-write lock's writer key `rw:w:` and reader entries `rw:e:`. Not
+/// the readers' index (`rw:r:`, a set without a TTL, which a clock jump
+/// does not touch).
+const HOLD_KINDS: [&str; 3] = ["lock:", "rw:w:", "rw:e:"];
+
 /// The lock keys on a node (the default prefix; the rig has few keys, so
 /// `KEYS` is cheap).
 fn lock_keys(port: u16) -> redis::RedisResult<Vec<String>> {
     let mut conn = connect(port)?;
-    redis::cmd("KEYS")
-        .arg(format!("{}lock:*", redfence::limits::DEFAULT_PREFIX))
-        .query(&mut conn)
+    let mut pipe = redis::pipe();
+    for kind in HOLD_KINDS {
+        pipe.cmd("KEYS")
+            .arg(format!("{}{kind}*", redfence::limits::DEFAULT_PREFIX));
+    }
+    let lists: Vec<Vec<String>> = pipe.query(&mut conn)?;
+    Ok(lists.into_iter().flatten().collect())
 }
 
 /// Rolling SIGKILL + restart of 1–2 nodes per step, preferring nodes that

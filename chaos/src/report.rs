@@ -38,7 +38,8 @@ pub struct Outcome {
     pub resources: u32,
     pub report: Report,
     /// The family's bound across resources (`bound.rs`): at most K
-    /// holders of a semaphore; `None` for the one-holder workloads.
+    /// holders of a semaphore, a writer alone on a read-write lock (and
+    /// its tokens across modes); `None` for the one-holder workloads.
     pub bound: Option<Bounded>,
     /// The single-flight workloads' checks (`once_check.rs`).
     pub once: Option<OnceReport>,
@@ -178,8 +179,15 @@ fn counters_clean(r: &Report) -> bool {
     r.counters.iter().all(|c| c.is_consistent()) && r.duplicate_reads.is_empty()
 }
 
-fn tokens_clean(r: &Report) -> bool {
-    r.duplicate_tokens.is_empty() && r.token_inversions.is_empty()
+fn tokens_clean(o: &Outcome) -> bool {
+    let r = &o.report;
+    r.duplicate_tokens.is_empty() && r.token_inversions.is_empty() && bound_tokens(o) == 0
+}
+
+/// A read-write lock's tokens out of order across modes (0 for the other
+/// workloads).
+fn bound_tokens(o: &Outcome) -> u64 {
+    o.bound.as_ref().map_or(0, |b| b.tokens.count)
 }
 
 /// Stale writes accepted as the row counts them: by token, or by grant
@@ -204,21 +212,25 @@ pub fn judge(o: &Outcome) -> (bool, String) {
         return (false, "FAIL: nothing was granted".into());
     }
     if let Some(b) = o.bound.as_ref().filter(|b| b.control) {
-        // The bound's control: clients given K + 1 permits, judged at K,
-        // whatever the nemesis does.
+        // The bound's control: clients given K + 1 permits, judged at K
+        // (or writers that bypass the readers), whatever the nemesis does.
         return if b.excess.is_empty() {
-            (false, "FAIL: control showed no holders above K".into())
+            let what = match b.limit {
+                crate::bound::Limit::Permits(_) => "holders above K",
+                crate::bound::Limit::ReadWrite => "writer beside another holder",
+            };
+            (false, format!("FAIL: control showed no {what}"))
         } else {
             (true, "PASS (violation shown)".into())
         };
     }
-    // Holders above a semaphore's K break its exclusion as two holders of
-    // a lock do: one count, one column.
+    // Holders above a semaphore's K (or a writer beside a reader) break
+    // its exclusion as two holders of a lock do: one count, one column.
     let overlaps = r.overlaps.count + excess(o);
     // A token granted twice, or below one known before, is as much a
     // broken lock as two holders: a fenced store would take the second
     // holder's writes (the failover control's violation).
-    let broken = overlaps > 0 || !counters_clean(r) || !tokens_clean(r);
+    let broken = overlaps > 0 || !counters_clean(r) || !tokens_clean(o);
     let stale = stale_accepted(o);
     let mut why = Vec::new();
     let pass = match o.nemesis.expect() {
@@ -229,7 +241,7 @@ pub fn judge(o: &Outcome) -> (bool, String) {
             if !counters_clean(r) {
                 why.push("lost updates");
             }
-            if !tokens_clean(r) {
+            if !tokens_clean(o) {
                 why.push("token order");
             }
             if stale > 0 {
@@ -250,7 +262,7 @@ pub fn judge(o: &Outcome) -> (bool, String) {
             if overlaps > 0 {
                 why.push("overlapping holders");
             }
-            if !tokens_clean(r) {
+            if !tokens_clean(o) {
                 why.push("token order");
             }
             if stale > 0 {
@@ -274,7 +286,7 @@ pub fn judge(o: &Outcome) -> (bool, String) {
             why.is_empty()
         }
         Expect::TokensOnly => {
-            if !tokens_clean(r) {
+            if !tokens_clean(o) {
                 why.push("token order");
             }
             if stale > 0 {
@@ -344,14 +356,14 @@ pub fn table(outcomes: &[Outcome]) -> String {
             o.resources,
             r.grants,
             r.overlaps.count + excess(o),
-            r.duplicate_tokens.count + r.token_inversions.count,
+            r.duplicate_tokens.count + r.token_inversions.count + bound_tokens(o),
             lost_updates(r),
             stale_accepted(o),
             r.writes_rejected,
             availability,
             recovery,
             match &o.bound {
-                Some(b) if b.control => "above K (control)",
+                Some(b) if b.control => b.limit.control_label(),
                 _ => o.nemesis.expect().label(),
             },
             verdict,
@@ -439,6 +451,27 @@ pub fn details(o: &Outcome) -> String {
         );
         for e in b.excess.first.iter().take(3) {
             let _ = writeln!(s, "    - {e}");
+        }
+        if let Some(m) = b.modes {
+            let _ = writeln!(
+                s,
+                "  holds by mode: {} reads (at most {} at once), {} writes",
+                m.reads, m.most_readers, m.writes
+            );
+        }
+        if b.limit == crate::bound::Limit::ReadWrite {
+            let _ = writeln!(
+                s,
+                "  tokens across modes (a write above every earlier hold, a read at least every earlier write): {} out of order",
+                b.tokens.count
+            );
+            for p in b.tokens.first.iter().take(3) {
+                let _ = writeln!(
+                    s,
+                    "    - {:?}: lease {} (token {}) granted after lease {} (token {})",
+                    p.subject, p.later.lease, p.later_token, p.earlier.lease, p.earlier_token
+                );
+            }
         }
     }
     if let Some(f) = &o.once {
@@ -601,5 +634,57 @@ mod tests {
             "{why}"
         );
         assert!(table(&[control]).contains("| above K (control) |"));
+    }
+
+    /// A read-write lock's rows: a writer beside a reader fails a safe
+    /// row, a read below an earlier write fails it as token order (each
+    /// resource alone is clean), and the bypass control passes only with
+    /// a writer beside another holder.
+    #[test]
+    fn a_writer_beside_a_reader_and_tokens_across_modes_count_in_the_row() {
+        use crate::bound::{check as bound, rw_resource, Limit};
+        let rw = |lease: u64, write: bool, at_ns: u64, token: u64| Event::Grant {
+            worker: lease as u32,
+            resource: rw_resource("r0", write, lease),
+            lease,
+            start_ns: at_ns - 1,
+            at_ns,
+            valid_until_ns: at_ns + 100,
+            token: Some(token),
+        };
+        let judged = |events: &[Event], nemesis, control| {
+            let mut o = outcome(nemesis, events);
+            o.bound = Some(bound(events, Limit::ReadWrite, control));
+            o
+        };
+        let beside = [rw(1, false, 10, 5), rw(2, false, 20, 5), rw(3, true, 30, 6)];
+        let row = judged(&beside, Nemesis::Pause, false);
+        assert_eq!(row.report.overlaps.count, 0, "each resource alone is clean");
+        let (pass, why) = judge(&row);
+        assert!(!pass && why == "FAIL: overlapping holders", "{why}");
+        assert!(table(&[row]).contains("| pause | 4s | 4 + 2×2 | 1 | 3 | 1 | 0 |"));
+        let (pass, why) = judge(&judged(&beside, Nemesis::KillAof, true));
+        assert!(pass && why == "PASS (violation shown)", "{why}");
+        // Readers together, then a writer after them, then a read that
+        // carries less than that write: token order, one in the column.
+        let stale_read = [
+            rw(1, false, 10, 5),
+            rw(2, false, 20, 5),
+            rw(3, true, 200, 6),
+            rw(4, false, 400, 5),
+        ];
+        let row = judged(&stale_read, Nemesis::Pause, false);
+        let (pass, why) = judge(&row);
+        assert!(!pass && why == "FAIL: token order", "{why}");
+        assert!(table(&[row]).contains("| pause | 4s | 4 + 2×2 | 1 | 4 | 0 | 1 |"));
+        let clean = &stale_read[..3];
+        assert!(judge(&judged(clean, Nemesis::Pause, false)).0);
+        let control = judged(clean, Nemesis::Pause, true);
+        let (pass, why) = judge(&control);
+        assert!(
+            !pass && why == "FAIL: control showed no writer beside another holder",
+            "{why}"
+        );
+        assert!(table(&[control]).contains("| writer beside readers (control) |"));
     }
 }

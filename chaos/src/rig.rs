@@ -166,6 +166,7 @@ pub fn run(
         max_wait: MAX_WAIT,
         resources: opts.resources,
         permits: opts.permits,
+        writers_percent: opts.writers_percent,
         fencing: nemesis.fencing(),
         guard: nemesis.restart_guard().then_some(window),
         reconnect_backoff_max: nemesis

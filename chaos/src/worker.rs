@@ -1,7 +1,8 @@
 //! The workloads (`--workload`): in `mutex` a worker loops acquire →
 //! critical section → release (or not); in `election` it loops campaign →
 //! fenced writes with the term while leading → resign (or lose the
-//! leadership). Every step is recorded as a history event, a leadership
+//! leadership); `semaphore` and `rw` are in `worker/semaphore.rs` and
+//! `worker/rw.rs`. Every step is recorded as a history event, a leadership
 //! as a grant (its term the token) and its end as a release or a lost
 //! signal, so one checker judges both. The same loop runs as tasks of the
 //! parent and as tasks of worker processes; only the [`Sink`] differs (the
@@ -27,6 +28,7 @@ use crate::history::{Event, Writer};
 use crate::BoxError;
 
 mod once;
+mod rw;
 mod semaphore;
 
 pub use once::OnceSettings;
@@ -65,6 +67,13 @@ pub enum Workload {
     Once,
     /// The single-flight's negative control: naive cache-aside, no lock.
     OnceUnlocked,
+    /// Readers and writers of one read-write lock (`--writers-percent` of
+    /// the rounds write); see `worker/rw.rs`.
+    Rw,
+    /// The read-write check's negative control: the writers take a mutex
+    /// of the lock's name instead of its write lock, so they exclude each
+    /// other but not the readers.
+    RwUnsafe,
 }
 
 impl Workload {
@@ -76,6 +85,8 @@ impl Workload {
             Workload::SemaphoreOvercommit => "semaphore-overcommit",
             Workload::Once => "once",
             Workload::OnceUnlocked => "once-unlocked",
+            Workload::Rw => "rw",
+            Workload::RwUnsafe => "rw-unsafe",
         }
     }
 
@@ -87,9 +98,11 @@ impl Workload {
             "semaphore-overcommit" => Ok(Workload::SemaphoreOvercommit),
             "once" => Ok(Workload::Once),
             "once-unlocked" => Ok(Workload::OnceUnlocked),
+            "rw" => Ok(Workload::Rw),
+            "rw-unsafe" => Ok(Workload::RwUnsafe),
             _ => Err(format!(
                 "--workload {s:?}: expected mutex, election, semaphore, semaphore-overcommit, \
-                 once or once-unlocked"
+                 once, once-unlocked, rw or rw-unsafe"
             )),
         }
     }
@@ -103,6 +116,8 @@ impl Workload {
             Workload::Once | Workload::OnceUnlocked => None,
             Workload::Semaphore => Some((Limit::Permits(permits), false)),
             Workload::SemaphoreOvercommit => Some((Limit::Permits(permits), true)),
+            Workload::Rw => Some((Limit::ReadWrite, false)),
+            Workload::RwUnsafe => Some((Limit::ReadWrite, true)),
         }
     }
 }
@@ -118,6 +133,9 @@ pub struct LockConfig {
     pub resources: u32,
     /// K of the semaphore workloads (`--permits`).
     pub permits: u32,
+    /// The share of the rw workloads' rounds that write, in percent
+    /// (`--writers-percent`).
+    pub writers_percent: u32,
     /// Whether the workers' writes carry their token (or term). The
     /// election needs tokens, so with `Workload::Election` the client keeps
     /// fencing on and `false` means a leader that ignores its term (plain
@@ -300,6 +318,7 @@ pub async fn run(id: u32, style: Style, seed: u64, setup: Arc<Setup>) -> Result<
                 w.permit_round(resource, lease, &client).await
             }
             Workload::Once | Workload::OnceUnlocked => w.once_round(resource, lease, &client).await,
+            Workload::Rw | Workload::RwUnsafe => w.rw_round(resource, lease, &client).await,
         };
         if !granted {
             // A quick failure (nodes refusing connections) must not spin.
@@ -346,19 +365,21 @@ impl Worker {
             Ok(Err(e)) => Err(short_reason(&e)),
             Err(_) => Err("rig timeout".to_owned()),
         };
-        self.settle(name, start_ns, outcome, resource, lease).await
+        self.settle(name, start_ns, outcome, Some(resource), lease)
+            .await
     }
 
     /// Records a waiting acquire of `asked` begun at `start_ns` and, when
-    /// it got `guard` on resource `held` (the lock's own, or a permit's
-    /// slot), the grant and the hold, whose critical sections use counter
-    /// and store key `cell`. Returns whether it was granted.
+    /// it got `guard` on resource `held` (the lock's own, a permit's slot,
+    /// or a read-write lock's mode), the grant and the hold, whose critical
+    /// sections use counter and store key `cell` (`None`: a reader, which
+    /// writes nothing). Returns whether it was granted.
     async fn settle(
         &mut self,
         asked: String,
         start_ns: u64,
         outcome: Result<(String, LockGuard), String>,
-        cell: u32,
+        cell: Option<u32>,
         lease: u64,
     ) -> bool {
         let end_ns = self.now();
@@ -386,12 +407,14 @@ impl Worker {
         true
     }
 
-    /// The critical section, then the end of the lease by the worker's
-    /// style.
-    async fn hold(&mut self, guard: LockGuard, resource: u32, lease: u64) {
+    /// The critical section (none for a reader: `cell` is `None`), then
+    /// the end of the lease by the worker's style.
+    async fn hold(&mut self, guard: LockGuard, cell: Option<u32>, lease: u64) {
         let mut lost = Box::pin(guard.lost());
         let mut deadline = guard.valid_until();
-        self.work(&guard.lease(), resource, lease).await;
+        if let Some(cell) = cell {
+            self.work(&guard.lease(), cell, lease).await;
+        }
         let ttl = self.setup.lock.ttl;
         let dwell = match self.style {
             Style::Release => Some(Duration::from_millis(self.rng.random_range(5..=30))),
@@ -429,9 +452,9 @@ impl Worker {
                 }
             }
         }
-        if self.style == Style::AutoExtend && !gone {
+        if let Some(cell) = cell.filter(|_| self.style == Style::AutoExtend && !gone) {
             // Under the extended lease, well past the first TTL.
-            self.work(&guard.lease(), resource, lease).await;
+            self.work(&guard.lease(), cell, lease).await;
         }
         if gone {
             // Let the keys expire on the nodes too (validity is TTL minus
@@ -677,6 +700,7 @@ impl ProcArgs {
             ("max-wait-ms", ms(l.max_wait)),
             ("resources", l.resources.to_string()),
             ("permits", l.permits.to_string()),
+            ("writers-percent", l.writers_percent.to_string()),
             ("fencing", l.fencing.to_string()),
             ("guard-ms", l.guard.map_or("off".to_owned(), ms)),
             (
@@ -728,6 +752,7 @@ impl ProcArgs {
                 max_wait: ms("max-wait-ms")?,
                 resources: num("resources", get("resources")?)?,
                 permits: num("permits", get("permits")?)?,
+                writers_percent: num("writers-percent", get("writers-percent")?)?,
                 fencing: num("fencing", get("fencing")?)?,
                 guard,
                 reconnect_backoff_max,

@@ -52,6 +52,10 @@ fn a_usage_error_exits_2_with_one_error_line_and_no_panic() {
             "--workload \"queue\": expected mutex, election, semaphore",
         ),
         (&["--permits", "0"][..], "--permits must be 1 to 16"),
+        (
+            &["--writers-percent", "101"][..],
+            "--writers-percent must be 0 to 100",
+        ),
     ] {
         let out = chaos(args);
         assert_eq!(out.status.code(), Some(2), "{args:?}: {out:?}");

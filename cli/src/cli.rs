@@ -230,12 +230,13 @@ Exit status:
 /// `redfence status`.
 #[derive(Debug, ClapArgs)]
 #[command(
-    after_help = "Example: redfence status nightly-dedup invoices --json\n         redfence status --permits 3 backup\n\n\
+    after_help = "Example: redfence status nightly-dedup invoices --json\n         redfence status --permits 3 backup\n         redfence status --rw price-table\n\n\
 Exit status: 0 when every resource was read, 69 when fewer than a majority of nodes \
 answered for one, 2 on a usage error."
 )]
 pub(crate) struct Status {
-    /// The resources to inspect (with --permits, the semaphores).
+    /// The resources to inspect (with --permits, the semaphores; with
+    /// --rw, the read-write locks).
     #[arg(required = true)]
     pub(crate) resources: Vec<String>,
     /// Show each RESOURCE as a semaphore of K permits: every slot
@@ -245,6 +246,13 @@ pub(crate) struct Status {
     /// the slot is larger). Give the K the holders use.
     #[arg(long, value_name = "K")]
     pub(crate) permits: Option<u32>,
+    /// Show each RESOURCE as a read-write lock: the write or the reads
+    /// held on a majority (holder's client tag, on how many nodes, the
+    /// time it stays held for at least), and per node the writer, the
+    /// live readers, whether a writer waits (no new reader is admitted
+    /// there meanwhile) and the fence.
+    #[arg(long, conflicts_with = "permits")]
+    pub(crate) rw: bool,
     /// JSON output (one array, one object per resource).
     #[arg(long)]
     pub(crate) json: bool,

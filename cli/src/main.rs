@@ -6,7 +6,7 @@
 //! Files: `cli` (the arguments, their help and the exit statuses), `exec`
 //! (the lock's lifecycle around a child process), `elect` (the same
 //! around a leadership), `status` (`semaphore_status`: its `--permits`
-//! view), `doctor`,
+//! view; `rw_status`: its `--rw` view), `doctor`,
 //! `release`, `bench` (one subcommand each), `duration` (parsing and
 //! showing `30s`, `500ms`, `2m`).
 
@@ -17,6 +17,7 @@ mod duration;
 mod elect;
 mod exec;
 mod release;
+mod rw_status;
 mod semaphore_status;
 mod status;
 

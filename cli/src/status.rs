@@ -16,6 +16,9 @@ pub(crate) async fn run(common: &Common, args: Status) -> i32 {
     if let Some(permits) = args.permits {
         return crate::semaphore_status::run(&client, permits, &args.resources, args.json).await;
     }
+    if args.rw {
+        return crate::rw_status::run(&client, &args.resources, args.json).await;
+    }
     let mut inspections = Vec::new();
     for resource in &args.resources {
         match client.inspect(resource).await {

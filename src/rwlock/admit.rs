@@ -14,7 +14,7 @@
 use std::sync::Arc;
 
 use super::keys::RwKeys;
-use super::scripts::{parse_admit, READ, WRITE};
+use super::scripts::parse_admit;
 use super::target::{after_round, entry_held, RwMode};
 use crate::error::failure::{Phase, QuorumFailure};
 use crate::logic::fence::clock_seed;
@@ -25,6 +25,7 @@ use crate::protocol::reseed::reseed_if_wanted;
 use crate::protocol::round::round;
 use crate::protocol::settle::settle_token;
 use crate::protocol::shared::{Grant, Shared, Target};
+use crate::wire::scripts::{RW_READ, RW_WRITE};
 
 /// One read in this many prunes the readers' index of names whose keys
 /// are gone: the index of a lock only ever read holds about this many
@@ -56,7 +57,7 @@ pub(crate) async fn admit(
         RwMode::Read => {
             let mut k: Vec<&str> = vec![&keys.writer, &keys.readers, &keys.waiting, &target.key];
             k.extend(fence);
-            // One read in 8 prunes the readers' index (`lua/read.lua`).
+            // One read in 8 prunes the readers' index (`wire/lua/rw_read.lua`).
             let prune: &[u8] = if rand::random_range(0..PRUNE_ONE_IN) == 0 {
                 b"1"
             } else {
@@ -68,7 +69,7 @@ pub(crate) async fn admit(
                 seed.as_bytes(),
                 prune,
             ];
-            (&*READ, READ.evalsha(&k, &args))
+            (&*RW_READ, RW_READ.evalsha(&k, &args))
         }
         RwMode::Write => {
             let mut k: Vec<&str> = vec![&keys.writer, &keys.readers, &keys.waiting];
@@ -82,7 +83,7 @@ pub(crate) async fn admit(
                 id.as_bytes(),
                 life.as_bytes(),
             ];
-            (&*WRITE, WRITE.evalsha(&k, &args))
+            (&*RW_WRITE, RW_WRITE.evalsha(&k, &args))
         }
     };
     let evalsha = Arc::new(evalsha);

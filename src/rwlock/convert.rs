@@ -1,6 +1,6 @@
 //! The downgrade: a writer becomes a reader without a gap. On each node
 //! one script deletes the writer key holding our value and sets a reader
-//! entry with the same value (`DOWNGRADE`), so no node ever holds neither
+//! entry with the same value (`RW_DOWNGRADE`), so no node ever holds neither
 //! for us; a majority converting makes the read lease, with validity from
 //! the round's start, as an extend's. The writer's keys left anywhere (a
 //! node that did not convert) are released in the background, and a
@@ -9,7 +9,6 @@
 use std::sync::Arc;
 
 use super::keys::RwKeys;
-use super::scripts::DOWNGRADE;
 use super::target::{after_round, entry_held};
 use crate::error::failure::{Phase, QuorumFailure};
 use crate::logic::fence::FencingToken;
@@ -17,6 +16,7 @@ use crate::protocol::release::ReleaseOnDrop;
 use crate::protocol::round::round;
 use crate::protocol::shared::{Grant, Held, Shared, Target};
 use crate::wire::commands::parse_flag;
+use crate::wire::scripts::RW_DOWNGRADE;
 
 /// Converts the writer's hold `write` into a reader's entry (`target`, a
 /// reader's, from `rw_target`), keeping the write's token: the read's
@@ -36,7 +36,8 @@ pub(crate) async fn downgrade(
     let mut cleanup = ReleaseOnDrop::new(shared, &held);
     let ttl = target.ttl.millis().to_string();
     let args: [&[u8]; 2] = [held.value.as_bytes(), ttl.as_bytes()];
-    let evalsha = Arc::new(DOWNGRADE.evalsha(&[&keys.writer, &keys.readers, &target.key], &args));
+    let evalsha =
+        Arc::new(RW_DOWNGRADE.evalsha(&[&keys.writer, &keys.readers, &target.key], &args));
     let vote = shared.vote(false);
     let round = round(
         shared,
@@ -48,7 +49,7 @@ pub(crate) async fn downgrade(
             let evalsha = Arc::clone(&evalsha);
             async move {
                 parse_flag(
-                    node.run_script_prepared(&DOWNGRADE, &evalsha, &settled, false, vote)
+                    node.run_script_prepared(&RW_DOWNGRADE, &evalsha, &settled, false, vote)
                         .await?,
                 )
             }

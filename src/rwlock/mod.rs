@@ -9,12 +9,15 @@
 //!
 //! - `keys`: the lock's Redis keys (pure);
 //! - `target`: [`RwMode`] and a hold's request as the engine takes it;
-//! - `scripts` (+ `lua/`): the reader's and the writer's admission and the
-//!   downgrade, and their replies;
+//! - `scripts`: the parsers of the admissions' and the inspection's
+//!   replies (the scripts are `wire::scripts`' `RW_*`, from
+//!   `wire/lua/rw_*.lua`, loaded by every connection's handshake);
 //! - `admit`: one attempt of either mode (round, settle, cleanup);
 //! - `marker`: the waiting writer's marker;
 //! - `convert`: the downgrade;
 //! - `request`: [`RwRequest`]: waiting, `try_`, scoped;
+//! - `view` (pure) and `inspect`: [`RwLock::inspect`], the operators'
+//!   read of every node;
 //! - `guard`: [`RwGuard`], and [`UpgradeError`], which hands it back;
 //! - `model` (tests): the model checker of exclusion and token order,
 //!   with its negative controls.
@@ -32,6 +35,7 @@ use crate::protocol::shared::Shared;
 mod admit;
 mod convert;
 mod guard;
+mod inspect;
 mod keys;
 mod marker;
 #[cfg(test)]
@@ -39,10 +43,12 @@ mod model;
 mod request;
 mod scripts;
 mod target;
+mod view;
 
 pub use guard::{RwGuard, UpgradeError};
 pub use request::RwRequest;
 pub use target::RwMode;
+pub use view::{RwEntry, RwHold, RwInspection, RwNodeInspection};
 
 /// A read-write lock, made by [`Client::rw_lock`](crate::Client::rw_lock):
 /// a cheap handle (the client's `Arc` and the lock's key names),
@@ -95,6 +101,17 @@ impl RwLock {
     /// Starts a request of `mode`.
     pub fn request(&self, mode: RwMode, ttl: Duration) -> RwRequest {
         RwRequest::new(Arc::clone(&self.shared), Arc::clone(&self.keys), mode, ttl)
+    }
+
+    /// Every node's view of the lock, read at once: the writer key, the
+    /// live reader entries and the waiting writer's marker (each with its
+    /// holder's client tag and TTL), and the fence; and which write and
+    /// reads are held on a majority. Read-only (the readers' index is not
+    /// pruned), one script per node, bounded by the node timeout: a node
+    /// that does not answer in time is reported with its error. A
+    /// snapshot for operators, not a lock.
+    pub async fn inspect(&self) -> RwInspection {
+        inspect::inspect(&self.shared, &self.keys).await
     }
 
     /// Acquires the read lock, waiting under the client's retry policy;

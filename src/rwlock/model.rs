@@ -7,8 +7,8 @@
 //!   granted before it (reads and writes), and a read's token is at least
 //!   every earlier write's.
 //!
-//! The nodes run what `lua/read.lua`, `lua/write.lua` and
-//! `lua/downgrade.lua` run (the waiting writer's marker aside: it only
+//! The nodes run what `wire/lua/rw_read.lua`, `rw_write.lua` and
+//! `rw_downgrade.lua` run (the waiting writer's marker aside: it only
 //! refuses readers, which cannot break either property); the clients run
 //! `admit` (a round decided at a majority, the token settled as
 //! `protocol::settle` does, a failed attempt cleaned up) and `convert`.

@@ -272,13 +272,67 @@ pub(crate) fn on_cluster(script: &Script) -> &Script {
     }
 }
 
+// The read-write lock's scripts (`rwlock`, DESIGN.md section 6b; their
+// replies are parsed in `rwlock::scripts`).
+
+/// A reader's admission: one `MGET` of the writer key, the waiting
+/// writer's marker and the fence; refused while a writer holds or waits;
+/// else sets this reader's entry (`SET PX`), adds its name to the index
+/// (pruning the names whose keys are gone when asked: one read in 8) and
+/// returns the fence as it stands (the generation seen; seeded
+/// from the clock when absent), or 0 without fencing. Refused: `{0, PTTL
+/// of what blocks}`.
+///
+/// KEYS: writer, readers, waiting, entry[, fence]. ARGV: value, ttl ms,
+/// seed, "1" to prune or "".
+/// Its `EVAL` after `NOSCRIPT` does not go out once its round decided
+/// (as the acquire's).
+pub(crate) static RW_READ: LazyLock<Script> = LazyLock::new(|| Script {
+    eval_when_decided: false,
+    ..Script::new("rw-read", include_str!("lua/rw_read.lua"))
+});
+
+/// A writer's admission: refused while a writer or any live reader holds
+/// (and then, given a marker id, sets the waiting marker unless another
+/// writer's is there); else `SET PX` of the writer key, deletes its own
+/// marker, and `INCR`s the fence as the mutex's acquire does (seeded when
+/// absent). Returns the new fence (0 without fencing), `{0, PTTL}` when
+/// refused (the longest reader's, or the writer's).
+///
+/// KEYS: writer, readers, waiting[, fence]. ARGV: value, ttl ms, seed,
+/// marker id or "", marker life ms.
+/// Its `EVAL` after `NOSCRIPT` does not go out once its round decided.
+pub(crate) static RW_WRITE: LazyLock<Script> = LazyLock::new(|| Script {
+    eval_when_decided: false,
+    ..Script::new("rw-write", include_str!("lua/rw_write.lua"))
+});
+
+/// The downgrade: where the writer key holds our value, deletes it and
+/// sets a reader entry with the same value in the same script. 1 when
+/// converted, 0 when the writer key is not ours there.
+///
+/// KEYS: writer, readers, entry. ARGV: value, ttl ms.
+pub(crate) static RW_DOWNGRADE: LazyLock<Script> =
+    LazyLock::new(|| Script::new("rw-downgrade", include_str!("lua/rw_downgrade.lua")));
+
+/// The inspection, read-only (`GET`, `PTTL`, `SMEMBERS`): the writer
+/// key, the waiting writer's marker, the fence, the size of the readers'
+/// index and up to ARGV[1] live reader entries; dead names are skipped,
+/// not pruned.
+///
+/// KEYS: writer, readers, waiting[, fence]. ARGV: the most entries.
+/// Reply: `{writer, its PTTL, marker, its PTTL, fence, names, {value,
+/// PTTL, …}}`, nil for what is absent.
+pub(crate) static RW_INSPECT: LazyLock<Script> =
+    LazyLock::new(|| Script::new("rw-inspect", include_str!("lua/rw_inspect.lua")));
+
 /// The scripts a cluster's masters load beside [`lock_scripts`].
 pub(crate) fn sharded_scripts() -> [&'static Script; 2] {
     [&RELEASE_SHARDED, &QUEUE_SHARDED]
 }
 
 /// Every script of the crate: the lock's and the fenced store's.
-fn all_scripts() -> [&'static Script; 13] {
+fn all_scripts() -> [&'static Script; 17] {
     [
         &ACQUIRE,
         &ACQUIRE_ALL,
@@ -293,6 +347,10 @@ fn all_scripts() -> [&'static Script; 13] {
         &RESEED,
         &FENCED_WRITE,
         &FENCED_READ,
+        &RW_READ,
+        &RW_WRITE,
+        &RW_DOWNGRADE,
+        &RW_INSPECT,
     ]
 }
 
@@ -304,8 +362,11 @@ pub(crate) fn named_in(message: &str) -> Option<&'static Script> {
         .find(|script| message.contains(script.sha.as_str()))
 }
 
-/// The scripts a lock's node runs, loaded by every connection's handshake.
-pub(crate) fn lock_scripts() -> [&'static Script; 11] {
+/// The scripts a lock's node runs, loaded by every connection's handshake:
+/// the mutex's (and the multi-resource acquire's) and the read-write
+/// lock's admissions and downgrade (not its operators' inspection: its
+/// first use pays one `NOSCRIPT` and an `EVAL`).
+pub(crate) fn lock_scripts() -> [&'static Script; 14] {
     [
         &ACQUIRE,
         &ACQUIRE_ALL,
@@ -318,6 +379,9 @@ pub(crate) fn lock_scripts() -> [&'static Script; 11] {
         &QUEUE,
         &JOIN,
         &LEAVE,
+        &RW_READ,
+        &RW_WRITE,
+        &RW_DOWNGRADE,
     ]
 }
 
@@ -584,6 +648,17 @@ mod tests {
         assert_eq!(RESEED.commands(), ["GET", "SET"]);
         assert_eq!(FENCED_WRITE.commands(), ["HGET", "HSET"]);
         assert_eq!(FENCED_READ.commands(), ["HMGET"]);
+        assert_eq!(
+            RW_READ.commands(),
+            ["MGET", "PTTL", "SMEMBERS", "EXISTS", "DEL", "SREM", "SET", "SADD"]
+        );
+        assert_eq!(
+            RW_WRITE.commands(),
+            ["GET", "SET", "PTTL", "SMEMBERS", "EXISTS", "DEL", "SREM", "INCR", "INCRBY"]
+        );
+        assert_eq!(RW_DOWNGRADE.commands(), ["GET", "DEL", "SET", "SADD"]);
+        assert_eq!(RW_INSPECT.commands(), ["GET", "PTTL", "SMEMBERS"]);
+        assert!(!RW_READ.eval_when_decided && !RW_WRITE.eval_when_decided);
         let message = format!("ERR The user executing the script can't run this command or subcommand script: {}, on @user_script:4.", ACQUIRE.sha);
         assert_eq!(named_in(&message).map(|s| s.name), Some("acquire"));
         assert!(named_in("ERR something else").is_none());

@@ -52,7 +52,9 @@ async fn cold_race(cluster: &Cluster, client: &Client) -> (Vec<u64>, Vec<u64>, V
 /// The incident: at the start of the flash sale, each lock node answered
 /// 203–238 `EVALSHA`s with `NOSCRIPT`, every concurrent first use paying a
 /// round trip before one `EVAL` loaded the script. The handshake now loads
-/// the lock's eleven scripts before the connection carries a command, so a
+/// the lock's fourteen scripts (the mutex's, the multi-resource acquire,
+/// the read-write lock's admissions and downgrade) before the connection
+/// carries a command, so a
 /// cold start costs one load per script per node connection and no
 /// `NOSCRIPT`, however many requests race.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -65,8 +67,8 @@ async fn a_cold_start_loads_each_script_once_per_connection() {
         .unwrap();
     let (noscript, loads, evals) = cold_race(&cluster, &client).await;
     assert_eq!(noscript, [0, 0, 0], "NOSCRIPT replies per node");
-    // One command connection per node, eleven scripts each.
-    assert_eq!(loads, [11, 11, 11], "SCRIPT LOADs per node");
+    // One command connection per node, fourteen scripts each.
+    assert_eq!(loads, [14, 14, 14], "SCRIPT LOADs per node");
     assert_eq!(evals, [0, 0, 0], "EVAL fallbacks per node");
 
     // The control: the same race after the script caches were flushed
@@ -79,6 +81,70 @@ async fn a_cold_start_loads_each_script_once_per_connection() {
     }
     let client = Arc::new(client);
     let (noscript, _, evals) = cold_race(&cluster, &client).await;
+    assert!(
+        noscript.iter().all(|&n| n > 0),
+        "NOSCRIPT after a flush: {noscript:?}"
+    );
+    assert!(
+        evals.iter().all(|&n| n > 0),
+        "EVAL fallbacks after a flush: {evals:?}"
+    );
+}
+
+/// The read-write lock's first use on a fresh client: 200 requests at
+/// once, reads and writes (one in four) on 20 locks. Its admissions are
+/// in the handshake's preload, so no node answers `NOSCRIPT` and every
+/// script is loaded once per connection. The control, as above: after a
+/// flush behind the client's back the same race pays `NOSCRIPT` and
+/// `EVAL` fallbacks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cold_start_of_rw_locks_pays_no_noscript() {
+    async fn race(cluster: &Cluster, client: &Client) -> (Vec<u64>, Vec<u64>, Vec<u64>) {
+        let tasks: Vec<_> = (0..200)
+            .map(|i| {
+                let client = client.clone();
+                tokio::spawn(async move {
+                    let lock = client.rw_lock(&format!("cold-rw-{}", i % 20)).unwrap();
+                    let request = if i % 4 == 0 {
+                        lock.write(secs(10))
+                    } else {
+                        lock.read(secs(10))
+                    };
+                    let guard = request
+                        .retry(redfence::Retry::new().with_max_wait(secs(60)))
+                        .acquire()
+                        .await
+                        .expect("every request gets the lock in turn");
+                    guard.release().await;
+                })
+            })
+            .collect();
+        for task in tasks {
+            task.await.unwrap();
+        }
+        let per_node =
+            |f: &dyn Fn(&RedisServer) -> u64| cluster.nodes.iter().map(f).collect::<Vec<_>>();
+        (
+            per_node(&|n| errors_replied(n, "NOSCRIPT")),
+            per_node(&|n| calls(n, "script|load")),
+            per_node(&|n| calls(n, "eval")),
+        )
+    }
+    let cluster = Cluster::start(3);
+    let client = Client::builder(cluster.urls())
+        .node_timeout(ms(500))
+        .restart_guard(RestartGuard::off())
+        .build()
+        .unwrap();
+    let (noscript, loads, evals) = race(&cluster, &client).await;
+    assert_eq!(noscript, [0, 0, 0], "NOSCRIPT replies per node");
+    assert_eq!(loads, [14, 14, 14], "SCRIPT LOADs per node");
+    assert_eq!(evals, [0, 0, 0], "EVAL fallbacks per node");
+
+    for node in &cluster.nodes {
+        assert_eq!(node.cli(&["SCRIPT", "FLUSH"]), "OK");
+    }
+    let (noscript, _, evals) = race(&cluster, &client).await;
     assert!(
         noscript.iter().all(|&n| n > 0),
         "NOSCRIPT after a flush: {noscript:?}"

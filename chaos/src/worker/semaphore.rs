@@ -72,7 +72,7 @@ impl Worker {
             Ok(s) => s,
             Err(e) => {
                 let outcome = Err(short_reason(&e));
-                return self.settle(name, start_ns, outcome, 0, lease).await;
+                return self.settle(name, start_ns, outcome, None, lease).await;
             }
         };
         let mut request = semaphore.permit(ttl);
@@ -90,6 +90,7 @@ impl Worker {
             Ok(Err(e)) => (Err(short_reason(&e)), 0),
             Err(_) => (Err("rig timeout".to_owned()), 0),
         };
-        self.settle(name, start_ns, outcome, cell, lease).await
+        self.settle(name, start_ns, outcome, Some(cell), lease)
+            .await
     }
 }
