@@ -874,3 +874,58 @@ async fn a_downgrade_without_a_majority_is_a_loss() {
         .unwrap();
     again.release().await;
 }
+
+/// A read-write lock on a Redis Cluster node: its keys (writer, reader
+/// entries, readers' index, marker, fence) share the bucket's hash slot,
+/// so its scripts run on one shard: readers share, a writer waits for
+/// them and is then alone with a larger token, a downgrade keeps it held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_node_runs_read_and_write_locks() {
+    use redfence::NodeSpec;
+    let cluster = crate::support::cluster::RedisCluster::start_small(3);
+    let client = crate::helpers::builder([NodeSpec::cluster(cluster.seed_urls())])
+        .node_timeout(secs(1))
+        .build()
+        .unwrap();
+    let lock = client.rw_lock("prices").unwrap();
+    let first = timeout(secs(30), lock.acquire_read(TTL))
+        .await
+        .unwrap()
+        .unwrap();
+    let second = lock.try_read(TTL).await.unwrap().expect("readers share");
+    assert!(
+        lock.try_write(TTL).await.unwrap().is_none(),
+        "a writer beside readers"
+    );
+    let read_token = first
+        .token()
+        .unwrap()
+        .get()
+        .max(second.token().unwrap().get());
+    first.release().await;
+    second.release().await;
+    let writer = timeout(secs(30), lock.acquire_write(TTL))
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(writer.token().unwrap().get() > read_token);
+    assert!(
+        lock.try_read(TTL).await.unwrap().is_none(),
+        "a reader beside the writer"
+    );
+    let reader = writer.downgrade().await.unwrap();
+    assert_eq!(reader.mode(), RwMode::Read);
+    assert!(lock.try_write(TTL).await.unwrap().is_none());
+    let other = lock
+        .try_read(TTL)
+        .await
+        .unwrap()
+        .expect("readers share after a downgrade");
+    reader.release().await;
+    other.release().await;
+    assert!(timeout(secs(30), lock.try_write(TTL))
+        .await
+        .unwrap()
+        .unwrap()
+        .is_some());
+}
