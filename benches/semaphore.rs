@@ -208,6 +208,8 @@ enum Kind {
     Mutex,
     /// A semaphore of K permits.
     Semaphore(u32),
+    /// A read-write lock: this many of the tasks write, the others read.
+    Rw(usize),
 }
 
 /// One task's share of a contended row, in the measured window.
@@ -216,6 +218,8 @@ struct Share {
     grants: u64,
     held: Duration,
     waits: Vec<Duration>,
+    /// Whether the task wrote (read-write rows).
+    writer: bool,
 }
 
 /// A contended row's totals.
@@ -230,6 +234,11 @@ struct Hot {
     attempts: u64,
     most: usize,
     errors: u64,
+    /// Read-write rows: grants that put a writer beside another holder.
+    mixed: usize,
+    /// Read-write rows: the writers' grants and waits.
+    writes: u64,
+    write_waits: Vec<Duration>,
 }
 
 impl Hot {
@@ -243,6 +252,8 @@ impl Hot {
         match self.kind {
             Kind::Mutex => 1,
             Kind::Semaphore(k) => k,
+            // Readers share: the bound is checked by `mixed` instead.
+            Kind::Rw(_) => u32::MAX,
         }
     }
     /// The wait at quantile `q` (0..=1) of the sorted waits, in ms.
@@ -272,22 +283,44 @@ async fn contended(servers: &[Server], kind: Kind, tasks: usize, secs: f64, name
     let start = Instant::now() + Duration::from_millis(500);
     let end = start + Duration::from_secs_f64(secs);
     let (holding, most) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    // Read-write rows: writers holding, and grants that put a writer
+    // beside another holder (checked in-process, as the bound above).
+    let (writing, mixed) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
     let handles: Vec<_> = clients
         .iter()
-        .map(|client| {
+        .enumerate()
+        .map(|(index, client)| {
             let (client, name) = (client.clone(), name.to_owned());
             let (holding, most) = (Arc::clone(&holding), Arc::clone(&most));
+            let (writing, mixed) = (Arc::clone(&writing), Arc::clone(&mixed));
             tokio::spawn(async move {
                 let semaphore = match kind {
                     Kind::Semaphore(k) => Some(client.semaphore(&name, k).expect("a semaphore")),
-                    Kind::Mutex => None,
+                    Kind::Mutex | Kind::Rw(_) => None,
                 };
+                let rw = match kind {
+                    Kind::Rw(writers) => Some((
+                        client.rw_lock(&name).expect("a read-write lock"),
+                        index < writers,
+                    )),
+                    Kind::Mutex | Kind::Semaphore(_) => None,
+                };
+                let writer = rw.as_ref().is_some_and(|(_, w)| *w);
                 let (mut share, mut errors) = (Share::default(), 0u64);
+                share.writer = writer;
                 while Instant::now() < end {
                     let asked = Instant::now();
-                    let guard = match &semaphore {
-                        Some(s) => s.acquire(ttl).await.map(redfence::Permit::into_guard),
-                        None => client.acquire(name.as_str(), ttl).await,
+                    let guard = match (&semaphore, &rw) {
+                        (Some(s), _) => s.acquire(ttl).await.map(redfence::Permit::into_guard),
+                        (None, Some((lock, true))) => lock
+                            .acquire_write(ttl)
+                            .await
+                            .map(redfence::RwGuard::into_guard),
+                        (None, Some((lock, false))) => lock
+                            .acquire_read(ttl)
+                            .await
+                            .map(redfence::RwGuard::into_guard),
+                        (None, None) => client.acquire(name.as_str(), ttl).await,
                     };
                     let Ok(guard) = guard else {
                         errors += 1;
@@ -296,7 +329,18 @@ async fn contended(servers: &[Server], kind: Kind, tasks: usize, secs: f64, name
                     let granted = Instant::now();
                     let now = holding.fetch_add(1, Ordering::SeqCst) + 1;
                     most.fetch_max(now, Ordering::SeqCst);
+                    let writers_now = if writer {
+                        writing.fetch_add(1, Ordering::SeqCst) + 1
+                    } else {
+                        writing.load(Ordering::SeqCst)
+                    };
+                    if writers_now > 0 && now > 1 {
+                        mixed.fetch_add(1, Ordering::SeqCst);
+                    }
                     tokio::time::sleep(Duration::from_millis(1)).await;
+                    if writer {
+                        writing.fetch_sub(1, Ordering::SeqCst);
+                    }
                     holding.fetch_sub(1, Ordering::SeqCst);
                     guard.release().await;
                     let released = Instant::now();
@@ -338,16 +382,25 @@ async fn contended(servers: &[Server], kind: Kind, tasks: usize, secs: f64, name
         attempts,
         most: 0,
         errors: 0,
+        mixed: 0,
+        writes: 0,
+        write_waits: Vec::new(),
     };
     for h in handles {
         let (share, errors) = h.await.expect("a contending task");
         hot.shares.push(share.grants);
         hot.held += share.held;
+        if share.writer {
+            hot.writes += share.grants;
+            hot.write_waits.extend(share.waits.iter().copied());
+        }
         hot.waits.extend(share.waits);
         hot.errors += errors;
     }
     hot.waits.sort_unstable();
+    hot.write_waits.sort_unstable();
     hot.most = most.load(Ordering::SeqCst);
+    hot.mixed = mixed.load(Ordering::SeqCst);
     hot
 }
 
@@ -360,7 +413,7 @@ fn contended_table(runtime: &tokio::runtime::Runtime, secs: f64) -> bool {
         "| nodes | primitive | K | tasks | handoffs/s | ÷ mutex hot | ÷ (K × mutex hot) | permits held (avg) | Redis commands/acq | attempts/acq | wait p50 ms | p99 ms | max ms | Jain | errors |"
     );
     println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
-    let shapes: [(Kind, usize); 8] = [
+    let shapes: [(Kind, usize); 10] = [
         (Kind::Mutex, 2),
         (Kind::Mutex, 8),
         (Kind::Semaphore(1), 2),
@@ -369,8 +422,11 @@ fn contended_table(runtime: &tokio::runtime::Runtime, secs: f64) -> bool {
         (Kind::Semaphore(2), 16),
         (Kind::Semaphore(4), 8),
         (Kind::Semaphore(4), 32),
+        (Kind::Rw(1), 8),
+        (Kind::Rw(2), 8),
     ];
     let mut bounded = true;
+    let mut rw_lines: Vec<String> = Vec::new();
     for n in [1usize, 3] {
         let servers: Vec<Server> = (0..n).map(|_| Server::start()).collect();
         let rows: Vec<Hot> = shapes
@@ -383,10 +439,34 @@ fn contended_table(runtime: &tokio::runtime::Runtime, secs: f64) -> bool {
             .collect();
         // The mutex's hot lock: its 8-task row.
         let hot_rate = rows[1].per_sec();
+        rw_lines.extend(rows
+            .iter()
+            .filter(|row| matches!(row.kind, Kind::Rw(_)))
+            .map(|row| {
+                let writes = row.writes as f64 / row.window.as_secs_f64();
+                let reads = row.per_sec() - writes;
+                let q = |p: f64| {
+                    let last = row.write_waits.len().saturating_sub(1);
+                    row.write_waits
+                        .get(((last as f64) * p).round() as usize)
+                        .map_or(f64::NAN, |w| w.as_secs_f64() * 1e3)
+                };
+                format!(
+                    "{n} node(s), rw lock with {} writer(s) of {} tasks: writes/s {writes:.0}, reads/s {reads:.0}, readers at once (avg) {:.2}, write waits p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms",
+                    match row.kind { Kind::Rw(w) => w, _ => 0 },
+                    row.tasks,
+                    row.held.as_secs_f64() / row.window.as_secs_f64(),
+                    q(0.5),
+                    q(0.99),
+                    q(1.0),
+                )
+            }));
         for row in &rows {
             let (name, k) = match row.kind {
                 Kind::Mutex => ("mutex (fair queue)", 1),
                 Kind::Semaphore(k) => ("semaphore", k),
+                Kind::Rw(1) => ("rw lock, 1 writer + readers", 1),
+                Kind::Rw(_) => ("rw lock, 2 writers + readers", 1),
             };
             let grants = row.grants().max(1) as f64;
             println!(
@@ -408,7 +488,17 @@ fn contended_table(runtime: &tokio::runtime::Runtime, secs: f64) -> bool {
                 println!("BOUND BROKEN: {} holders of {k} permits at once", row.most);
                 bounded = false;
             }
+            if row.mixed > 0 {
+                println!(
+                    "BOUND BROKEN: {} grants put a writer beside another holder",
+                    row.mixed
+                );
+                bounded = false;
+            }
         }
+    }
+    for line in rw_lines {
+        println!("{line}");
     }
     bounded
 }

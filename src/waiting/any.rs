@@ -18,26 +18,22 @@ use crate::waiting::notify::Place;
 /// and the join) means the resource may be free already, and returns at
 /// once.
 pub(crate) async fn wait_any(places: &[Place], until: Instant, began: Instant) {
-    // The counters each head compares against (releases heard, notices
-    // settled on a majority): a release heard after this point (or after
-    // it became head) moves them. A retry woken by a notice's first copy
-    // can meet nodes that have not deleted yet; the copy that completes a
-    // majority wakes the waiter once more.
-    let mut seen: Vec<Option<(u64, u64)>> = places
-        .iter()
-        .map(|p| p.head().map(|h| (h.heard, h.settled)))
-        .collect();
+    // The counter each head compares against: releases known done on a
+    // majority (`Queue::settled`), not a notice's first copy (a retry then
+    // can meet nodes that have not deleted yet, and a second retry per
+    // release from every waiting client is a herd).
+    let mut seen: Vec<Option<u64>> = places.iter().map(|p| p.head().map(|h| h.settled)).collect();
     loop {
         for (place, seen) in places.iter().zip(seen.iter_mut()) {
             match (place.head(), *seen) {
-                (Some(head), _) if head.last_heard.is_some_and(|t| t > began) => return,
-                (Some(head), Some(before)) if (head.heard, head.settled) != before => return,
+                (Some(head), _) if head.last_settled.is_some_and(|t| t > began) => return,
+                (Some(head), Some(before)) if head.settled != before => return,
                 (Some(head), None) => {
                     // Became head since: a release heard since then counts.
                     if head.heard != head.since {
                         return;
                     }
-                    *seen = Some((head.since, head.settled));
+                    *seen = Some(head.settled);
                 }
                 (None, _) => *seen = None,
                 _ => {}

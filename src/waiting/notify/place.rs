@@ -28,9 +28,11 @@ pub(crate) struct Place {
 pub(crate) struct Head {
     /// The release counter: retry when it moves.
     pub(crate) heard: u64,
-    /// Notices whose copies reached a majority of the nodes (see
-    /// `Queue::copy`): `wait_any` retries when it moves too.
+    /// Releases known done on a majority (see `Queue::settled`):
+    /// `wait_any` retries when it moves.
     pub(crate) settled: u64,
+    /// When `settled` last moved.
+    pub(crate) last_settled: Option<Instant>,
     /// The counter when this waiter became head.
     pub(crate) since: u64,
     /// Clients (this one included) that heard the last release: how many
@@ -51,6 +53,7 @@ impl Place {
         (*id == self.id).then_some(Head {
             heard: queue.heard,
             settled: queue.settled,
+            last_settled: queue.last_settled,
             since: queue.head_since,
             last_heard: queue.last_heard,
             competitors: queue.competitors,

@@ -51,10 +51,16 @@ pub(super) struct Queue {
     pub(super) recent: VecDeque<Arc<str>>,
     /// Copies of the last notice heard (one per node that published it).
     pub(super) copies: usize,
-    /// Notices whose copies reached a majority of the nodes after the
-    /// first copy: a retry woken by the first copy may have met nodes that
-    /// had not deleted yet, and by then a majority has (`wait_any`).
+    /// Releases known done on a majority of the nodes: a notice whose
+    /// copies reached a majority (the first copy on one node), this
+    /// client's own release queued on every connection, a subscription's
+    /// confirmation (which stands for any release missed before it).
+    /// `wait_any`'s waiters retry on it, not on a notice's first copy: a
+    /// retry at the first copy can meet nodes that have not deleted yet,
+    /// and every waiting client retrying twice per release is a herd.
     pub(super) settled: u64,
+    /// When `settled` last moved.
+    pub(super) last_settled: Option<Instant>,
     /// Clients subscribed to the resource on the node of the last release
     /// heard (us included): how many heads may be retrying at once.
     pub(super) competitors: u64,
@@ -70,10 +76,8 @@ pub(super) struct Queue {
     /// Expiry of the keys of the last local waiter that got the lock: the
     /// next head's TTL wake-up.
     pub(super) holder_until: Option<Instant>,
-    /// When the last release was heard (or its copies settled on a
-    /// majority): a waiter that joins a lingering queue, or that was
-    /// refused while copies came in, retries at once if one was heard
-    /// after its attempt began.
+    /// When the last release was heard: a waiter that joins a lingering
+    /// queue retries at once if one was heard after its attempt began.
     pub(super) last_heard: Option<Instant>,
     /// Since when the queue has had no waiters (it lingers, subscribed,
     /// for [`LINGER`](super::LINGER)).
@@ -187,22 +191,26 @@ impl Queue {
     }
 
     /// Another node's copy of a notice already heard: when it is the last
-    /// notice's and completes a majority of `nodes` (more than one copy),
-    /// counts the notice as settled and wakes the head without moving
-    /// `heard` (the mutex's waiters, which retry on `heard`, are not
-    /// woken twice; `wait_any` looks at `settled` too).
+    /// notice's and completes a majority of `nodes`, the release is
+    /// settled (the mutex's waiters, which retry on `heard`, are not woken
+    /// twice; `wait_any`'s retry on `settled`).
     pub(super) fn copy(&mut self, notice: &str, nodes: usize) {
         if self.recent.back().is_none_or(|last| **last != *notice) {
             return;
         }
         self.copies += 1;
         if self.copies == nodes / 2 + 1 {
-            self.settled += 1;
-            // A waiter whose attempt began before this retries.
-            self.last_heard = Some(Instant::now());
-            if let Some((_, notify, _)) = self.waiters.front() {
-                notify.notify_one();
-            }
+            self.settle();
+        }
+    }
+
+    /// A release known done on a majority: moves `settled` and wakes the
+    /// head (without moving `heard`).
+    pub(super) fn settle(&mut self) {
+        self.settled += 1;
+        self.last_settled = Some(Instant::now());
+        if let Some((_, notify, _)) = self.waiters.front() {
+            notify.notify_one();
         }
     }
 

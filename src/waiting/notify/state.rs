@@ -153,6 +153,10 @@ impl Shared {
         queue.remember(notice.into());
         queue.last_heard = Some(Instant::now());
         queue.wake_head();
+        if self.senders.get().map_or(1, Vec::len) == 1 {
+            // One node: its copy is the majority.
+            queue.settle();
+        }
     }
 
     /// This client's release of `key` with `notice` is queued on every
@@ -171,6 +175,7 @@ impl Shared {
             // began before now) retries at once (`fresh`, `wait_any`).
             queue.remember(notice.into());
             queue.last_heard = Some(Instant::now());
+            queue.last_settled = queue.last_heard;
             return;
         }
         if queue.fair.is_some() {
@@ -186,6 +191,7 @@ impl Shared {
         queue.remember(notice.into());
         queue.last_heard = Some(Instant::now());
         queue.wake_head();
+        queue.settle();
     }
 
     /// Hands `orphan` to the client's hook (never under the queues' lock).
@@ -256,6 +262,7 @@ impl Shared {
                     queue.look_at = Some(Instant::now());
                 }
                 queue.wake_head();
+                queue.settle();
             }
         }
     }

@@ -376,7 +376,7 @@ fn a_notice_settles_when_its_copies_reach_a_majority() {
     // nothing, and copies of an older notice are not counted.
     queue.copy("aa", 3);
     assert_eq!(queue.settled, 1);
-    let settled_at = queue.last_heard.expect("a settle counts as heard");
+    let settled_at = queue.last_settled.expect("a settle is timed");
     queue.copy("aa", 3);
     assert_eq!((queue.settled, queue.copies), (1, 3));
     queue.remember("bb".into());
@@ -392,5 +392,5 @@ fn a_notice_settles_when_its_copies_reach_a_majority() {
     assert_eq!(queue.settled, 1);
     queue.copy("bb", 5);
     assert_eq!(queue.settled, 2);
-    assert!(queue.last_heard.unwrap() >= settled_at);
+    assert!(queue.last_settled.unwrap() >= settled_at);
 }
