@@ -21,6 +21,7 @@ pub(crate) mod inspect;
 pub(crate) mod majority_write;
 pub(crate) mod queue;
 pub(crate) mod release;
+pub(crate) mod release_all;
 pub(crate) mod reseed;
 pub(crate) mod round;
 pub(crate) mod settle;

@@ -68,7 +68,7 @@ async fn a_cold_start_loads_each_script_once_per_connection() {
     let (noscript, loads, evals) = cold_race(&cluster, &client).await;
     assert_eq!(noscript, [0, 0, 0], "NOSCRIPT replies per node");
     // One command connection per node, fourteen scripts each.
-    assert_eq!(loads, [14, 14, 14], "SCRIPT LOADs per node");
+    assert_eq!(loads, [16, 16, 16], "SCRIPT LOADs per node");
     assert_eq!(evals, [0, 0, 0], "EVAL fallbacks per node");
 
     // The control: the same race after the script caches were flushed
@@ -138,7 +138,7 @@ async fn a_cold_start_of_rw_locks_pays_no_noscript() {
         .unwrap();
     let (noscript, loads, evals) = race(&cluster, &client).await;
     assert_eq!(noscript, [0, 0, 0], "NOSCRIPT replies per node");
-    assert_eq!(loads, [14, 14, 14], "SCRIPT LOADs per node");
+    assert_eq!(loads, [16, 16, 16], "SCRIPT LOADs per node");
     assert_eq!(evals, [0, 0, 0], "EVAL fallbacks per node");
 
     for node in &cluster.nodes {
