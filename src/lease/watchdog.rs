@@ -132,9 +132,9 @@ impl Leases {
 
     /// Applies an extension to every lease; `false` when any refused it.
     fn extended(&self, valid_until: Instant, expires_at: Instant) -> bool {
-        self.leases
-            .iter()
-            .fold(true, |all, lease| lease.extended(valid_until, expires_at) & all)
+        self.leases.iter().fold(true, |all, lease| {
+            lease.extended(valid_until, expires_at) & all
+        })
     }
 
     fn lose(&self, reason: LossReason, failure: Option<Box<QuorumFailure>>) {

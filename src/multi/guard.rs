@@ -241,14 +241,17 @@ impl MultiGuard {
     /// The first recorded loss among `leases`.
     fn lost_error(&self, leases: &[Lease]) -> Error {
         // `expire` and a refused `extended` record a loss first.
-        let lost = leases.iter().find_map(Lease::loss).unwrap_or_else(|| LostLock {
-            resource: self.names(),
-            token: None,
-            reason: LossReason::Expired,
-            at: Instant::now(),
-            validity_left: Duration::ZERO,
-            failure: None,
-        });
+        let lost = leases
+            .iter()
+            .find_map(Lease::loss)
+            .unwrap_or_else(|| LostLock {
+                resource: self.names(),
+                token: None,
+                reason: LossReason::Expired,
+                at: Instant::now(),
+                validity_left: Duration::ZERO,
+                failure: None,
+            });
         Error::LockLost(Box::new(lost))
     }
 

@@ -70,7 +70,12 @@ impl LockGuard {
     /// The guard of one resource of a multi-resource set: no watchdog of
     /// its own (the set's extends every resource at once); `watched` says
     /// whether the set has one (what running out is reported as).
-    pub(crate) fn in_set(shared: Arc<Shared>, target: &Target, grant: Grant, watched: bool) -> Self {
+    pub(crate) fn in_set(
+        shared: Arc<Shared>,
+        target: &Target,
+        grant: Grant,
+        watched: bool,
+    ) -> Self {
         Self {
             lease: Lease::new(target, grant, watched),
             shared,

@@ -284,7 +284,12 @@ fn send_release(shared: &Shared, held: &Held, notice_id: String, step: &Step<'_>
 
 /// `notice_id` is `held.notice_id()`, made once by the caller; see
 /// [`send_release`].
-pub(crate) fn start_release(shared: &Shared, held: &Held, notice_id: String, step: &Step<'_>) -> FanOut<()> {
+pub(crate) fn start_release(
+    shared: &Shared,
+    held: &Held,
+    notice_id: String,
+    step: &Step<'_>,
+) -> FanOut<()> {
     let handover = step.handover;
     // A failed attempt's cleanup is announced too (to other clients the
     // lock may now be free: a split vote), marked with this client's tag so
@@ -509,7 +514,10 @@ const RESEND_MAX: Duration = Duration::from_secs(1);
 /// outlive the key", DESIGN.md section 2). A release may run twice: it
 /// deletes only our value and names the head again with the same notice
 /// id, which a waiter hears once; a pre-grant's `SET NX` does not repeat.
-pub(crate) async fn resend_until<F, Fut>(deadline: Instant, send: F) -> Result<redis::Value, NodeErrorKind>
+pub(crate) async fn resend_until<F, Fut>(
+    deadline: Instant,
+    send: F,
+) -> Result<redis::Value, NodeErrorKind>
 where
     F: Fn() -> Fut,
     Fut: std::future::Future<Output = Result<redis::Value, NodeErrorKind>>,

@@ -13,9 +13,7 @@ use crate::error::failure::{NodeErrorKind, NodeFailure};
 use crate::logic::resource::notice_channel;
 use crate::node::Settled;
 use crate::protocol::fanout::{node_set, FanOut, NodeSet};
-use crate::protocol::release::{
-    release_confirmed, release_deadline, resend_until, start_release, Released, Step,
-};
+use crate::protocol::release::{release_deadline, resend_until, start_release, Released, Step};
 use crate::protocol::shared::{Held, Shared};
 use crate::wire::commands::parse_codes;
 use crate::wire::scripts::RELEASE_ALL;
@@ -140,7 +138,9 @@ fn send(shared: &Arc<Shared>, helds: &[Held]) -> FanOut<Vec<i64>> {
                         by_hash: false,
                     };
                     let mut full = start_release(&shared, &helds[i], notices[i].clone(), &step);
-                    full.decide(release_confirmed, deadline).await;
+                    // Heard out, not decided: over all N nodes, one
+                    // asked is a decided "no" before it answers.
+                    full.hear_rest().await;
                     *code = if full.tally().yes() == 1 { DELETED } else { 0 };
                 }
                 Ok(codes)

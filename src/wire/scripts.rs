@@ -279,8 +279,7 @@ pub(crate) static EXTEND_ALL: LazyLock<Script> =
 
 /// [`RELEASE_ALL`] for a Redis Cluster node (sharded pub/sub); see
 /// [`RELEASE_SHARDED`].
-pub(crate) static RELEASE_ALL_SHARDED: LazyLock<Script> =
-    LazyLock::new(|| RELEASE_ALL.sharded());
+pub(crate) static RELEASE_ALL_SHARDED: LazyLock<Script> = LazyLock::new(|| RELEASE_ALL.sharded());
 
 /// The release script for a Redis Cluster node: sharded pub/sub
 /// (`SPUBLISH`, `PUBSUB SHARDNUMSUB`, Redis 7), so that a notice stays in
@@ -685,7 +684,10 @@ mod tests {
             RELEASE_ALL_SHARDED.commands(),
             ["MGET", "PUBSUB|SHARDNUMSUB", "DEL", "SPUBLISH"]
         );
-        assert!(std::ptr::eq(on_cluster(&RELEASE_ALL), &*RELEASE_ALL_SHARDED));
+        assert!(std::ptr::eq(
+            on_cluster(&RELEASE_ALL),
+            &*RELEASE_ALL_SHARDED
+        ));
         assert_eq!(EXTEND_ALL.commands(), ["GET", "PEXPIRE"]);
         assert_eq!(JOIN.commands(), ["RPUSH", "PEXPIRE", "PTTL", "SET"]);
         assert_eq!(MARK.commands(), ["PTTL", "SET"]);
