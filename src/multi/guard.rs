@@ -263,8 +263,9 @@ impl MultiGuard {
     /// Releases every resource with one script per node (compare-and-delete
     /// of every key of the set that still holds this guard's value, and
     /// each resource's notice to its waiters) and reports each resource's
-    /// outcome in the order given. Returns as soon as a majority deleted
-    /// every key (or no longer can), after one node timeout at most; see
+    /// outcome in the order given. Returns as soon as each resource is
+    /// deleted on a majority (or no longer can be), after one node timeout
+    /// at most; see
     /// [`Released::pending`]. A resource that fair-queue waiters wait for
     /// gets the mutex's full release on its home node, which names the
     /// next one. The set's watchdog, if any, is stopped first.

@@ -1,7 +1,7 @@
 //! The release of a multi-resource set: one `RELEASE_ALL` script per node
 //! carrying every key of the set (compare-and-delete of each, and each
 //! resource's notice where it is waited for), decided at the quorum as the
-//! mutex's release is; the rest finishes in the background. A resource
+//! mutex's release is (per resource); the rest finishes in the background. A resource
 //! whose home node has fair waiters listening is left alone by that
 //! script and gets the mutex's full release there, which names the
 //! queue's next waiter (DESIGN.md, section 6c, "Release").
@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use crate::error::failure::{NodeErrorKind, NodeFailure};
+use crate::logic::quorum::quorum;
 use crate::logic::resource::notice_channel;
 use crate::node::Settled;
 use crate::protocol::fanout::{node_set, FanOut, NodeSet};
@@ -24,9 +25,9 @@ const DELETED: i64 = 1;
 const FULL: i64 = -1;
 
 /// Releases every resource of a set (`helds`, one per resource, all with
-/// the set's value) with one script per node. Returns once the outcome is
-/// certain (a majority deleted every key, or can no longer) or after one
-/// node timeout, with each resource's [`Released`] in the set's order;
+/// the set's value) with one script per node. Returns once every
+/// resource's outcome is certain (deleted on a majority, or no longer
+/// can be) or after one node timeout, with each resource's [`Released`] in the set's order;
 /// the rest finishes in the background. Cut off, it is sent again in the
 /// background (compare-and-delete is idempotent).
 pub(crate) async fn release_all(shared: &Arc<Shared>, helds: Vec<Held>) -> Vec<Released> {
@@ -36,7 +37,11 @@ pub(crate) async fn release_all(shared: &Arc<Shared>, helds: Vec<Held>) -> Vec<R
     };
     let mut fan = send(shared, &helds);
     let wait = Instant::now() + shared.config.node_timeout;
-    fan.decide(every_key_deleted, wait).await;
+    // Decided per resource: each one deleted on a majority, or no longer
+    // able to be (one resource gone must not cut the others' wait short).
+    let resources = helds.len();
+    fan.hear_until_done(wait, every_key_deleted, |fan| decided(fan, resources))
+        .await;
     let released = outcome(shared, &fan, helds.len());
     fan.finish_in_background();
     cleanup.helds = None;
@@ -57,6 +62,23 @@ pub(crate) fn release_all_in_background(shared: &Arc<Shared>, helds: Vec<Held>) 
 /// A node's answer counts when it deleted every key of the set.
 fn every_key_deleted(r: &Result<Vec<i64>, NodeErrorKind>) -> bool {
     matches!(r, Ok(codes) if !codes.is_empty() && codes.iter().all(|&c| c == DELETED))
+}
+
+/// Whether every resource's outcome is certain: deleted on a majority of
+/// all N nodes, or refused or failed on more than N minus a majority.
+fn decided(fan: &FanOut<Vec<i64>>, resources: usize) -> bool {
+    let n = fan.tally().nodes();
+    let majority = quorum(n);
+    let answered = fan.values();
+    let failed = fan.failures().len();
+    (0..resources).all(|i| {
+        let deleted = answered
+            .iter()
+            .filter(|(_, codes)| codes.get(i) == Some(&DELETED))
+            .count();
+        let not = failed + answered.len() - deleted;
+        deleted >= majority || not > n - majority
+    })
 }
 
 /// Where the release goes: every node any acquire reached, and each

@@ -26,6 +26,10 @@ use crate::support::Cluster;
 
 const TTL: Duration = Duration::from_secs(30);
 
+/// Counts the given keys that exist, in one script.
+const HELD_KEYS: &str =
+    "local n = 0 for i = 1, #KEYS do n = n + redis.call('EXISTS', KEYS[i]) end return n";
+
 /// How many nodes hold every key of `resources`; panics on a node that
 /// holds some but not all (a partial set). A round decides at a majority,
 /// so on a loaded machine the last node's key may land later or not at
@@ -36,10 +40,14 @@ fn nodes_holding(cluster: &Cluster, resources: &[&str]) -> usize {
         .iter()
         .enumerate()
         .filter(|(i, node)| {
-            let held = resources
-                .iter()
-                .filter(|r| pttl(node, &lock_key(r)) != -2)
-                .count();
+            // One read of every key (a script: atomic), so that keys of
+            // one set, which expire at the same instant, are never seen
+            // on either side of it.
+            let keys: Vec<String> = resources.iter().map(|r| lock_key(r)).collect();
+            let count = keys.len().to_string();
+            let mut args = vec!["EVAL", HELD_KEYS, count.as_str()];
+            args.extend(keys.iter().map(String::as_str));
+            let held: usize = node.cli(&args).trim().parse().expect("a count");
             assert!(
                 held == 0 || held == resources.len(),
                 "node {i}: a partial set ({held} of {resources:?})"
@@ -305,14 +313,26 @@ async fn one_script_per_node_extends_or_releases_the_whole_set() {
     warm_up(&client, &cluster).await;
     let set = ["o:a", "o:b", "o:c"];
     let guard = client.lock_all(set, TTL).await.unwrap();
-    // The acquire's last node may answer after the decision.
-    assert!(eventually(secs(10), || nodes_holding(&cluster, &set) == 3).await);
+    // Decided at the quorum: the last node's acquire may land later, or
+    // be dropped unsent.
+    assert!(eventually(secs(10), || nodes_holding(&cluster, &set) >= 2).await);
+    tokio::time::sleep(ms(300)).await;
     for node in &cluster.nodes {
         node.cli(&["CONFIG", "RESETSTAT"]);
     }
     guard.extend(secs(60)).await.unwrap();
+    // Decided at the quorum: a straggler's request may be dropped unsent.
+    let majority_once = |counts: Vec<u64>| {
+        counts.iter().all(|&n| n <= 1) && counts.iter().filter(|&&n| n == 1).count() >= 2
+    };
     assert!(
-        eventually(secs(10), || evalshas(&cluster) == vec![1; 3]).await,
+        eventually(secs(10), || majority_once(evalshas(&cluster))).await,
+        "extend: {:?}",
+        evalshas(&cluster)
+    );
+    tokio::time::sleep(ms(300)).await;
+    assert!(
+        majority_once(evalshas(&cluster)),
         "extend: {:?}",
         evalshas(&cluster)
     );
@@ -320,20 +340,26 @@ async fn one_script_per_node_extends_or_releases_the_whole_set() {
         eventually(secs(10), || cluster
             .nodes
             .iter()
-            .all(|node| set.iter().all(|r| pttl(node, &lock_key(r)) > 30_000)))
+            .filter(|node| set.iter().all(|r| pttl(node, &lock_key(r)) > 30_000))
+            .count()
+            >= 2)
         .await
     );
+    for node in &cluster.nodes {
+        node.cli(&["CONFIG", "RESETSTAT"]);
+    }
+    // A release is sent to every node, whatever the decision.
     let released = guard.release().await;
     assert!(released.iter().all(|r| r.confirmed >= 2), "{released:?}");
     assert!(
-        eventually(secs(10), || evalshas(&cluster) == vec![2; 3]).await,
+        eventually(secs(10), || evalshas(&cluster) == vec![1; 3]).await,
         "release: {:?}",
         evalshas(&cluster)
     );
     assert!(eventually(secs(5), || cluster.count_keys(LOCK_KEYS) == vec![0; 3]).await);
     // Nothing more follows (no per-resource release in the background).
     tokio::time::sleep(ms(300)).await;
-    assert_eq!(evalshas(&cluster), vec![2; 3]);
+    assert_eq!(evalshas(&cluster), vec![1; 3]);
 }
 
 /// A release deletes only the keys that still hold the set's value: a
@@ -347,7 +373,7 @@ async fn a_release_deletes_only_the_keys_still_ours() {
     warm_up(&client, &cluster).await;
     let set = ["g:a", "g:b", "g:c"];
     let guard = client.lock_all(set, TTL).await.unwrap();
-    assert!(eventually(secs(10), || nodes_holding(&cluster, &set) == 3).await);
+    assert!(eventually(secs(10), || nodes_holding(&cluster, &set) >= 2).await);
     for node in &cluster.nodes {
         node.cli(&["SET", &lock_key("g:b"), "another-owner", "PX", "30000"]);
     }
@@ -374,8 +400,18 @@ async fn an_extension_moves_every_key_of_a_node_or_none() {
     let client = new_client(&cluster);
     warm_up(&client, &cluster).await;
     let set = ["x:a", "x:b"];
-    let guard = client.lock_all(set, secs(20)).await.unwrap();
-    assert!(eventually(secs(10), || nodes_holding(&cluster, &set) == 3).await);
+    // Every node must hold the set (the last node's acquire, decided at
+    // the quorum, may be dropped unsent on a loaded machine: again).
+    let mut tries = 0;
+    let guard = loop {
+        tries += 1;
+        let guard = client.lock_all(set, secs(20)).await.unwrap();
+        if eventually(secs(5), || nodes_holding(&cluster, &set) == 3).await {
+            break guard;
+        }
+        assert!(tries < 10, "no acquire reached every node");
+        guard.release().await;
+    };
     cluster.nodes[0].cli(&["DEL", &lock_key("x:b")]);
     guard.extend(secs(120)).await.unwrap();
     assert!(
