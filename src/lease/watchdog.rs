@@ -12,13 +12,13 @@ use tokio::task::JoinHandle;
 use tracing::field::{self, Empty};
 use tracing::Instrument;
 
-use crate::error::failure::{FailureReason, NodeErrorKind, NodeFailure};
+use crate::error::failure::{FailureReason, NodeErrorKind, NodeFailure, QuorumFailure};
 use crate::error::lost::LossReason;
 use crate::lease::Lease;
 use crate::logic::quorum::quorum;
 use crate::observe::metrics::{self, ExtendBy, ExtendOutcome};
-use crate::protocol::extend::extend;
-use crate::protocol::shared::Shared;
+use crate::protocol::extend::{extend, extend_all, Extended};
+use crate::protocol::shared::{Held, Shared, Target};
 use crate::settings::autoextend::{Next, Schedule};
 
 /// The running task, owned by the guard. Dropping it aborts the task.
@@ -29,9 +29,17 @@ pub(crate) struct Watchdog {
 
 impl Watchdog {
     pub(crate) fn spawn(shared: &Arc<Shared>, lease: Lease, schedule: Schedule) -> Self {
-        let span = tracing::debug_span!("watchdog", resource = %lease.resource());
+        Self::spawn_set(shared, vec![lease], schedule)
+    }
+
+    /// One watchdog for a multi-resource set (`leases`, one per resource,
+    /// all of one acquire): each extension is the set's `EXTEND_ALL`, every
+    /// key on a node or none, and a loss is every lease's.
+    pub(crate) fn spawn_set(shared: &Arc<Shared>, leases: Vec<Lease>, schedule: Schedule) -> Self {
+        let first = leases.first().map_or("", Lease::resource);
+        let span = tracing::debug_span!("watchdog", resource = %first, resources = leases.len());
         let alive = shared.counters.watchdog();
-        let task = run(Arc::downgrade(shared), lease, schedule);
+        let task = run(Arc::downgrade(shared), leases, schedule);
         let handle = tokio::spawn(
             async move {
                 // Dropped with the future: when `run` returns or the task
@@ -76,7 +84,89 @@ impl Drop for Watchdog {
     }
 }
 
-async fn run(shared: Weak<Shared>, lease: Lease, schedule: Schedule) {
+/// The leases one watchdog keeps: one resource, or a multi-resource set
+/// extended together.
+struct Leases {
+    leases: Vec<Lease>,
+    /// Every lease's lock key when more than one (`EXTEND_ALL`), else
+    /// none (the mutex's `EXTEND`).
+    keys: Vec<Arc<str>>,
+}
+
+impl Leases {
+    fn new(leases: Vec<Lease>) -> Option<Self> {
+        leases.first()?;
+        let keys = if leases.len() > 1 {
+            leases.iter().map(|l| l.held().key).collect()
+        } else {
+            Vec::new()
+        };
+        Some(Self { leases, keys })
+    }
+
+    fn first(&self) -> &Lease {
+        &self.leases[0]
+    }
+
+    /// The earliest validity: the set is held while every lease is.
+    fn valid_until(&self) -> Instant {
+        self.leases
+            .iter()
+            .map(Lease::valid_until)
+            .min()
+            .unwrap_or_else(Instant::now)
+    }
+
+    /// Whether any lease ran out (each records its own loss).
+    fn expire(&self) -> bool {
+        self.leases
+            .iter()
+            .fold(false, |lost, lease| lease.expire() | lost)
+    }
+
+    fn extending(&self, node_timeout: std::time::Duration, ttl: std::time::Duration) {
+        for lease in &self.leases {
+            lease.extending(node_timeout, ttl);
+        }
+    }
+
+    /// Applies an extension to every lease; `false` when any refused it.
+    fn extended(&self, valid_until: Instant, expires_at: Instant) -> bool {
+        self.leases.iter().fold(true, |all, lease| {
+            lease.extended(valid_until, expires_at) & all
+        })
+    }
+
+    fn lose(&self, reason: LossReason, failure: Option<Box<QuorumFailure>>) {
+        for lease in &self.leases {
+            lease.lose(reason, failure.clone());
+        }
+    }
+
+    fn set_ending(&self, ending: LossReason) {
+        for lease in &self.leases {
+            lease.set_ending(ending);
+        }
+    }
+
+    async fn extend(
+        &self,
+        shared: &Shared,
+        target: &Target,
+        held: &Held,
+    ) -> Result<Extended, QuorumFailure> {
+        if self.keys.is_empty() {
+            extend(shared, target, held, true).await
+        } else {
+            extend_all(shared, target, held, &self.keys, true).await
+        }
+    }
+}
+
+async fn run(shared: Weak<Shared>, leases: Vec<Lease>, schedule: Schedule) {
+    let Some(lease) = Leases::new(leases) else {
+        return;
+    };
     let granted = Instant::now();
     let mut made = 0u32;
     loop {
@@ -89,7 +179,7 @@ async fn run(shared: Weak<Shared>, lease: Lease, schedule: Schedule) {
         let target = match schedule.next(Instant::now(), granted, made) {
             // A TTL shortened to the hold bound may leave no validity once
             // drift is deducted: then the bound is reached.
-            Next::Extend(ttl) => shared.target(lease.resource(), ttl).ok(),
+            Next::Extend(ttl) => shared.target(lease.first().resource(), ttl).ok(),
             Next::Stop => None,
         };
         let Some(target) = target else {
@@ -104,7 +194,7 @@ async fn run(shared: Weak<Shared>, lease: Lease, schedule: Schedule) {
                 return;
             }
             lease.extending(shared.config.node_timeout, target.ttl.duration());
-            let held = lease.held();
+            let held = lease.first().held();
             // Another owner's value is evidence of a takeover only where the
             // node held ours; elsewhere it may be a contender's leftover.
             let taken_over = |f: &NodeFailure| {
@@ -113,7 +203,7 @@ async fn run(shared: Weak<Shared>, lease: Lease, schedule: Schedule) {
             let started = Instant::now();
             let span = tracing::debug_span!(
                 "extend",
-                resource = %lease.resource(),
+                resource = %lease.first().resource(),
                 ttl = ?target.ttl.duration(),
                 by = "watchdog",
                 granted = Empty,
@@ -122,7 +212,8 @@ async fn run(shared: Weak<Shared>, lease: Lease, schedule: Schedule) {
                 outcome = Empty,
                 reason = Empty,
             );
-            let result = extend(&shared, &target, &held, true)
+            let result = lease
+                .extend(&shared, &target, &held)
                 .instrument(span.clone())
                 .await;
             span.record("elapsed", field::debug(started.elapsed()));
@@ -147,7 +238,7 @@ async fn run(shared: Weak<Shared>, lease: Lease, schedule: Schedule) {
                         lease.lose(LossReason::TakenOver, None);
                         return;
                     }
-                    tracing::debug!(extensions = made, validity = ?lease.validity(), "extended");
+                    tracing::debug!(extensions = made, validity = ?lease.first().validity(), "extended");
                     break;
                 }
                 Err(failure) => {

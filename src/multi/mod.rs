@@ -3,14 +3,17 @@
 //! is held as the mutex holds it (its lock key, its fence bucket, its
 //! value format), so a resource locked in a set and the same resource
 //! locked alone exclude each other and share one token order; what is new
-//! is the acquire, one script per node carrying every key.
+//! is that the acquire, the extend and the release are each one script per
+//! node carrying every key.
 //!
 //! - `set`: the checks on a set (empty, too many, repeated) and the hash
 //!   slot check for a Redis Cluster node (pure);
 //! - `attempt`: one all-or-nothing attempt over the mutex's quorum round,
 //!   tokens settled per resource;
 //! - `request`: [`MultiRequest`]: waiting for a release of any resource;
-//! - `guard`: [`MultiGuard`], one mutex guard per resource;
+//! - `guard`: [`MultiGuard`], one mutex guard per resource, extended
+//!   (`EXTEND_ALL`) and released (`protocol::release_all`) as one set,
+//!   with one watchdog for the set;
 //! - `model` (tests): the all-or-nothing and deadlock model check, with
 //!   one-by-one locking as its negative control.
 

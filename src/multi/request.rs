@@ -67,8 +67,8 @@ impl MultiRequest {
     }
 
     /// Extend every resource automatically while the guard lives (one
-    /// watchdog per resource, the mutex's); see [`AutoExtend`]. Defaults to
-    /// the client's setting.
+    /// watchdog for the set, each extension every resource at once); see
+    /// [`AutoExtend`]. Defaults to the client's setting.
     pub fn auto_extend(mut self, auto: AutoExtend) -> Self {
         self.auto_extend = Some(auto);
         self
@@ -136,10 +136,10 @@ impl MultiRequest {
             .iter()
             .zip(grants)
             .map(|(target, grant)| {
-                LockGuard::new(Arc::clone(&self.shared), target, grant, schedule)
+                LockGuard::in_set(Arc::clone(&self.shared), target, grant, schedule.is_some())
             })
             .collect();
-        MultiGuard::new(guards)
+        MultiGuard::new(Arc::clone(&self.shared), guards, schedule)
     }
 
     /// Acquires every resource of the set, all or nothing, waiting until

@@ -19,7 +19,7 @@ use crate::logic::quorum::quorum;
 use crate::observe::metrics::{self, ExtendBy, ExtendOutcome};
 use crate::protocol::extend::extend;
 use crate::protocol::release::{release, release_in_background, Released};
-use crate::protocol::shared::{Grant, Shared, Target};
+use crate::protocol::shared::{Grant, Held, Shared, Target};
 use crate::settings::autoextend::Schedule;
 
 /// An acquired lock. Release it with [`release`](Self::release); dropping it
@@ -65,6 +65,44 @@ impl LockGuard {
             watchdog,
             released: false,
         }
+    }
+
+    /// The guard of one resource of a multi-resource set: no watchdog of
+    /// its own (the set's extends every resource at once); `watched` says
+    /// whether the set has one (what running out is reported as).
+    pub(crate) fn in_set(
+        shared: Arc<Shared>,
+        target: &Target,
+        grant: Grant,
+        watched: bool,
+    ) -> Self {
+        Self {
+            lease: Lease::new(target, grant, watched),
+            shared,
+            watchdog: None,
+            released: false,
+        }
+    }
+
+    /// Starts this guard's own watchdog (a set's guard handed over on its
+    /// own, with the set's schedule).
+    pub(crate) fn watch(&mut self, schedule: Schedule) {
+        if self.watchdog.is_none() && !self.released {
+            self.watchdog = Some(Watchdog::spawn(&self.shared, self.lease.clone(), schedule));
+        }
+    }
+
+    /// Gives the hold up to the caller, which releases it (a set's release
+    /// of every resource at once): records the lease as released and hands
+    /// back what the release needs. The guard's drop then does nothing.
+    /// Any watchdog of its own is aborted.
+    pub(crate) fn relinquish(&mut self) -> Held {
+        if let Some(watchdog) = self.watchdog.take() {
+            drop(watchdog.abort());
+        }
+        self.released = true;
+        self.lease.lose(LossReason::Released, None);
+        self.lease.held()
     }
 
     /// The resource name.

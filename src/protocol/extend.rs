@@ -11,7 +11,7 @@ use crate::logic::validity::later;
 use crate::protocol::round::round;
 use crate::protocol::shared::{Held, Shared, Target};
 use crate::wire::commands::parse_extend;
-use crate::wire::scripts::EXTEND;
+use crate::wire::scripts::{EXTEND, EXTEND_ALL};
 
 /// A successful extend: the new deadline and expiry, and the nodes that
 /// did not extend (as far as heard). The nodes that did are noted in
@@ -36,6 +36,32 @@ pub(crate) async fn extend(
     held: &Held,
     hear_all: bool,
 ) -> Result<Extended, QuorumFailure> {
+    extend_keys(shared, target, held, &[], hear_all).await
+}
+
+/// [`extend`] of a multi-resource set: `keys`, every lock key of the set
+/// (all holding `held.value`), in one `EXTEND_ALL` script per node, which
+/// extends them all or none there; `target` names the set and carries the
+/// TTL. A node counts as extended only when every key was.
+pub(crate) async fn extend_all(
+    shared: &Shared,
+    target: &Target,
+    held: &Held,
+    keys: &[Arc<str>],
+    hear_all: bool,
+) -> Result<Extended, QuorumFailure> {
+    extend_keys(shared, target, held, keys, hear_all).await
+}
+
+/// `keys` empty: the mutex's `EXTEND` of `held.key`; else `EXTEND_ALL`.
+async fn extend_keys(
+    shared: &Shared,
+    target: &Target,
+    held: &Held,
+    keys: &[Arc<str>],
+    hear_all: bool,
+) -> Result<Extended, QuorumFailure> {
+    let keys: Arc<[Arc<str>]> = keys.into();
     let ttl_arg: Arc<str> = target.ttl.millis().to_string().into();
     let vote = shared.vote(false);
     let round = round(
@@ -46,12 +72,18 @@ pub(crate) async fn extend(
         hear_all,
         |node, settled| {
             let (key, value, ttl_arg) = (held.key.clone(), held.value.clone(), ttl_arg.clone());
+            let keys = Arc::clone(&keys);
             async move {
                 let args: [&[u8]; 2] = [value.as_bytes(), ttl_arg.as_bytes()];
-                parse_extend(
+                let reply = if keys.is_empty() {
                     node.run_script(&EXTEND, &[&key], &args, &settled, false, vote)
-                        .await?,
-                )
+                        .await?
+                } else {
+                    let keys: Vec<&str> = keys.iter().map(|k| &**k).collect();
+                    node.run_script(&EXTEND_ALL, &keys, &args, &settled, false, vote)
+                        .await?
+                };
+                parse_extend(reply)
             }
         },
     )

@@ -208,6 +208,18 @@ impl<T: Send + Default + 'static> FanOut<T> {
             .await;
     }
 
+    /// As [`hear_until`](Self::hear_until), but stops as soon as `done`
+    /// (a decision that one tally cannot make: a multi-resource release,
+    /// decided per resource), recording answers with `is_yes`.
+    pub(crate) async fn hear_until_done(
+        &mut self,
+        until: Instant,
+        is_yes: impl Fn(&Result<T, NodeErrorKind>) -> bool,
+        done: impl Fn(&Self) -> bool,
+    ) {
+        self.gather(until.min(self.deadline), &is_yes, done).await;
+    }
+
     /// Records answers as they come until `done`, until every request has
     /// answered, or until `until`.
     async fn gather(

@@ -247,23 +247,23 @@ pub(crate) fn release_handed(
 /// anyway (at least one node timeout). A release that gives up earlier,
 /// say queued behind a paused node's backlog, would leave its key to block
 /// others for the rest of the TTL. Nobody waits on them that long.
-fn release_deadline(shared: &Shared, held: &Held) -> Instant {
+pub(crate) fn release_deadline(shared: &Shared, held: &Held) -> Instant {
     held.expires_at
         .max(Instant::now() + shared.config.node_timeout)
 }
 
 /// Where and how one release fan-out goes.
-struct Step<'a> {
+pub(crate) struct Step<'a> {
     /// The nodes asked.
-    targets: NodeSet,
+    pub(crate) targets: NodeSet,
     /// Nodes that already confirmed (the home, asked first).
-    credited: NodeSet,
+    pub(crate) credited: NodeSet,
     /// Ask the home to hand the lock over, and set the flag when it did.
-    handover: Option<&'a Arc<AtomicBool>>,
+    pub(crate) handover: Option<&'a Arc<AtomicBool>>,
     /// How long the requests live.
-    deadline: Instant,
+    pub(crate) deadline: Instant,
     /// `held.value` is the SHA1 of the value to delete.
-    by_hash: bool,
+    pub(crate) by_hash: bool,
 }
 
 /// Starts the release `step` and queues it on every connection before
@@ -284,7 +284,12 @@ fn send_release(shared: &Shared, held: &Held, notice_id: String, step: &Step<'_>
 
 /// `notice_id` is `held.notice_id()`, made once by the caller; see
 /// [`send_release`].
-fn start_release(shared: &Shared, held: &Held, notice_id: String, step: &Step<'_>) -> FanOut<()> {
+pub(crate) fn start_release(
+    shared: &Shared,
+    held: &Held,
+    notice_id: String,
+    step: &Step<'_>,
+) -> FanOut<()> {
     let handover = step.handover;
     // A failed attempt's cleanup is announced too (to other clients the
     // lock may now be free: a split vote), marked with this client's tag so
@@ -509,7 +514,10 @@ const RESEND_MAX: Duration = Duration::from_secs(1);
 /// outlive the key", DESIGN.md section 2). A release may run twice: it
 /// deletes only our value and names the head again with the same notice
 /// id, which a waiter hears once; a pre-grant's `SET NX` does not repeat.
-async fn resend_until<F, Fut>(deadline: Instant, send: F) -> Result<redis::Value, NodeErrorKind>
+pub(crate) async fn resend_until<F, Fut>(
+    deadline: Instant,
+    send: F,
+) -> Result<redis::Value, NodeErrorKind>
 where
     F: Fn() -> Fut,
     Fut: std::future::Future<Output = Result<redis::Value, NodeErrorKind>>,
@@ -613,7 +621,7 @@ impl HomeRelease {
 }
 
 /// A release's answer that counts: the node deleted our key.
-fn release_confirmed(r: &Result<(), NodeErrorKind>) -> bool {
+pub(crate) fn release_confirmed(r: &Result<(), NodeErrorKind>) -> bool {
     matches!(r, Ok(()))
 }
 

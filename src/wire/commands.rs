@@ -202,6 +202,24 @@ pub(crate) fn parse_extend(reply: Value) -> Result<(), NodeErrorKind> {
     }
 }
 
+/// One integer code per key (`RELEASE_ALL`): exactly `n` of them.
+pub(crate) fn parse_codes(reply: Value, n: usize) -> Result<Vec<i64>, NodeErrorKind> {
+    let Value::Array(items) = reply else {
+        return Err(unexpected(reply));
+    };
+    if items.len() != n {
+        return Err(unexpected(Value::Array(items)));
+    }
+    let mut codes = Vec::with_capacity(n);
+    for item in items {
+        match item {
+            Value::Int(code) => codes.push(code),
+            other => return Err(unexpected(other)),
+        }
+    }
+    Ok(codes)
+}
+
 /// 1 done; 0 not held by us.
 pub(crate) fn parse_flag(reply: Value) -> Result<(), NodeErrorKind> {
     match reply {

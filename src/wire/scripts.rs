@@ -252,6 +252,35 @@ pub(crate) static ACQUIRE_ALL: LazyLock<Script> = LazyLock::new(|| Script {
     ..Script::new("acquire-all", include_str!("lua/acquire_all.lua"))
 });
 
+/// The release of a whole multi-resource set on one node (DESIGN.md,
+/// section 6c): per resource, compare-and-delete of its lock key and,
+/// where its waiting marker is there and clients listen, the notice
+/// `release.lua` publishes (`{notice}:{listeners}` on its channel). On a
+/// resource's home node, when it is waited for and fair waiters listen
+/// (`NUMSUB` of `{channel}/q`), that resource is left alone (-1) and the
+/// client sends it the full [`RELEASE`], which names the queue's next
+/// waiter, as the lean release asks for the full one. Replies one code per
+/// resource: 1 deleted, 0 not ours (nothing deleted), -1 left for the full
+/// release.
+///
+/// KEYS: per resource, lock key and waiting marker. ARGV: value, then per
+/// resource: notice id, notice channel, "1" on its home or "".
+pub(crate) static RELEASE_ALL: LazyLock<Script> =
+    LazyLock::new(|| Script::new("release-all", include_str!("lua/release_all.lua")));
+
+/// The extension of a whole multi-resource set on one node: every key
+/// still ours extended together, or none (1; else -1 when a key holds
+/// another owner's value, 0 when one is gone), so that an extension never
+/// leaves a node holding part of the set. Never deletes.
+///
+/// KEYS: the set's lock keys. ARGV: value, ttl ms.
+pub(crate) static EXTEND_ALL: LazyLock<Script> =
+    LazyLock::new(|| Script::new("extend-all", include_str!("lua/extend_all.lua")));
+
+/// [`RELEASE_ALL`] for a Redis Cluster node (sharded pub/sub); see
+/// [`RELEASE_SHARDED`].
+pub(crate) static RELEASE_ALL_SHARDED: LazyLock<Script> = LazyLock::new(|| RELEASE_ALL.sharded());
+
 /// The release script for a Redis Cluster node: sharded pub/sub
 /// (`SPUBLISH`, `PUBSUB SHARDNUMSUB`, Redis 7), so that a notice stays in
 /// the shard of its lock key. Same keys and arguments as [`RELEASE`].
@@ -267,6 +296,8 @@ pub(crate) fn on_cluster(script: &Script) -> &Script {
         &RELEASE_SHARDED
     } else if script.sha == QUEUE.sha {
         &QUEUE_SHARDED
+    } else if script.sha == RELEASE_ALL.sha {
+        &RELEASE_ALL_SHARDED
     } else {
         script
     }
@@ -327,17 +358,19 @@ pub(crate) static RW_INSPECT: LazyLock<Script> =
     LazyLock::new(|| Script::new("rw-inspect", include_str!("lua/rw_inspect.lua")));
 
 /// The scripts a cluster's masters load beside [`lock_scripts`].
-pub(crate) fn sharded_scripts() -> [&'static Script; 2] {
-    [&RELEASE_SHARDED, &QUEUE_SHARDED]
+pub(crate) fn sharded_scripts() -> [&'static Script; 3] {
+    [&RELEASE_SHARDED, &QUEUE_SHARDED, &RELEASE_ALL_SHARDED]
 }
 
 /// Every script of the crate: the lock's and the fenced store's.
-fn all_scripts() -> [&'static Script; 17] {
+fn all_scripts() -> [&'static Script; 19] {
     [
         &ACQUIRE,
         &ACQUIRE_ALL,
         &RELEASE,
         &RELEASE_LEAN,
+        &RELEASE_ALL,
+        &EXTEND_ALL,
         &QUEUE,
         &JOIN,
         &MARK,
@@ -363,15 +396,17 @@ pub(crate) fn named_in(message: &str) -> Option<&'static Script> {
 }
 
 /// The scripts a lock's node runs, loaded by every connection's handshake:
-/// the mutex's (and the multi-resource acquire's) and the read-write
-/// lock's admissions and downgrade (not its operators' inspection: its
-/// first use pays one `NOSCRIPT` and an `EVAL`).
-pub(crate) fn lock_scripts() -> [&'static Script; 14] {
+/// the mutex's (and the multi-resource acquire, release and extend) and
+/// the read-write lock's admissions and downgrade (not its operators'
+/// inspection: its first use pays one `NOSCRIPT` and an `EVAL`).
+pub(crate) fn lock_scripts() -> [&'static Script; 16] {
     [
         &ACQUIRE,
         &ACQUIRE_ALL,
         &RELEASE,
         &RELEASE_LEAN,
+        &RELEASE_ALL,
+        &EXTEND_ALL,
         &MARK,
         &EXTEND,
         &WRITE_BACK,
@@ -641,6 +676,19 @@ mod tests {
             ACQUIRE_ALL.commands(),
             ["PTTL", "GET", "SET", "INCR", "INCRBY"]
         );
+        assert_eq!(
+            RELEASE_ALL.commands(),
+            ["MGET", "PUBSUB|NUMSUB", "DEL", "PUBLISH"]
+        );
+        assert_eq!(
+            RELEASE_ALL_SHARDED.commands(),
+            ["MGET", "PUBSUB|SHARDNUMSUB", "DEL", "SPUBLISH"]
+        );
+        assert!(std::ptr::eq(
+            on_cluster(&RELEASE_ALL),
+            &*RELEASE_ALL_SHARDED
+        ));
+        assert_eq!(EXTEND_ALL.commands(), ["GET", "PEXPIRE"]);
         assert_eq!(JOIN.commands(), ["RPUSH", "PEXPIRE", "PTTL", "SET"]);
         assert_eq!(MARK.commands(), ["PTTL", "SET"]);
         assert_eq!(EXTEND.commands(), ["GET", "PEXPIRE"]);

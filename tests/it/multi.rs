@@ -18,23 +18,17 @@ use redfence::{AutoExtend, Error, NodeSpec, ResourceSetError, Retry};
 use tokio::time::timeout;
 
 use crate::helpers::{
-    client_with_timeout, eventually, lock_key, ms, new_client, notice_only_retry, pttl, secs,
-    warm_up, LOCK_KEYS,
+    calls, client_with_timeout, eventually, lock_key, ms, new_client, notice_only_retry, pttl,
+    secs, warm_up, LOCK_KEYS,
 };
 use crate::support::cluster::RedisCluster;
 use crate::support::Cluster;
 
 const TTL: Duration = Duration::from_secs(30);
 
-/// Nodes that hold every key of `resources`, a partial set counted as
-/// not holding (for holds that extensions kept, key by key).
-fn nodes_holding_whole(cluster: &Cluster, resources: &[&str]) -> usize {
-    cluster
-        .nodes
-        .iter()
-        .filter(|node| resources.iter().all(|r| pttl(node, &lock_key(r)) != -2))
-        .count()
-}
+/// Counts the given keys that exist, in one script.
+const HELD_KEYS: &str =
+    "local n = 0 for i = 1, #KEYS do n = n + redis.call('EXISTS', KEYS[i]) end return n";
 
 /// How many nodes hold every key of `resources`; panics on a node that
 /// holds some but not all (a partial set). A round decides at a majority,
@@ -46,10 +40,14 @@ fn nodes_holding(cluster: &Cluster, resources: &[&str]) -> usize {
         .iter()
         .enumerate()
         .filter(|(i, node)| {
-            let held = resources
-                .iter()
-                .filter(|r| pttl(node, &lock_key(r)) != -2)
-                .count();
+            // One read of every key (a script: atomic), so that keys of
+            // one set, which expire at the same instant, are never seen
+            // on either side of it.
+            let keys: Vec<String> = resources.iter().map(|r| lock_key(r)).collect();
+            let count = keys.len().to_string();
+            let mut args = vec!["EVAL", HELD_KEYS, count.as_str()];
+            args.extend(keys.iter().map(String::as_str));
+            let held: usize = node.cli(&args).trim().parse().expect("a count");
             assert!(
                 held == 0 || held == resources.len(),
                 "node {i}: a partial set ({held} of {resources:?})"
@@ -300,6 +298,222 @@ async fn extend_and_release_move_every_resource_together() {
     assert!(eventually(secs(5), || cluster.count_keys(LOCK_KEYS) == vec![0; 3]).await);
 }
 
+/// `EVALSHA` calls on each node since its last `CONFIG RESETSTAT`.
+fn evalshas(cluster: &Cluster) -> Vec<u64> {
+    cluster.nodes.iter().map(|n| calls(n, "evalsha")).collect()
+}
+
+/// The whole set is extended with one script per node and released with
+/// one script per node, however many resources it has (the mutex's
+/// per-resource extend and release sent 3 each here).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_script_per_node_extends_or_releases_the_whole_set() {
+    let cluster = Cluster::start(3);
+    let client = new_client(&cluster);
+    warm_up(&client, &cluster).await;
+    let set = ["o:a", "o:b", "o:c"];
+    let guard = client.lock_all(set, TTL).await.unwrap();
+    // Decided at the quorum: the last node's acquire may land later, or
+    // be dropped unsent.
+    assert!(eventually(secs(10), || nodes_holding(&cluster, &set) >= 2).await);
+    tokio::time::sleep(ms(300)).await;
+    for node in &cluster.nodes {
+        node.cli(&["CONFIG", "RESETSTAT"]);
+    }
+    guard.extend(secs(60)).await.unwrap();
+    // Decided at the quorum: a straggler's request may be dropped unsent.
+    let majority_once = |counts: Vec<u64>| {
+        counts.iter().all(|&n| n <= 1) && counts.iter().filter(|&&n| n == 1).count() >= 2
+    };
+    assert!(
+        eventually(secs(10), || majority_once(evalshas(&cluster))).await,
+        "extend: {:?}",
+        evalshas(&cluster)
+    );
+    tokio::time::sleep(ms(300)).await;
+    assert!(
+        majority_once(evalshas(&cluster)),
+        "extend: {:?}",
+        evalshas(&cluster)
+    );
+    assert!(
+        eventually(secs(10), || cluster
+            .nodes
+            .iter()
+            .filter(|node| set.iter().all(|r| pttl(node, &lock_key(r)) > 30_000))
+            .count()
+            >= 2)
+        .await
+    );
+    for node in &cluster.nodes {
+        node.cli(&["CONFIG", "RESETSTAT"]);
+    }
+    // A release is sent to every node, whatever the decision.
+    let released = guard.release().await;
+    assert!(released.iter().all(|r| r.confirmed >= 2), "{released:?}");
+    assert!(
+        eventually(secs(10), || evalshas(&cluster) == vec![1; 3]).await,
+        "release: {:?}",
+        evalshas(&cluster)
+    );
+    assert!(eventually(secs(5), || cluster.count_keys(LOCK_KEYS) == vec![0; 3]).await);
+    // Nothing more follows (no per-resource release in the background).
+    tokio::time::sleep(ms(300)).await;
+    assert_eq!(evalshas(&cluster), vec![1; 3]);
+}
+
+/// A release deletes only the keys that still hold the set's value: a
+/// resource taken over meanwhile (expired and locked by another owner,
+/// here written by hand) keeps its new owner's key on every node, and its
+/// `Released` confirms nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_deletes_only_the_keys_still_ours() {
+    let cluster = Cluster::start(3);
+    let client = new_client(&cluster);
+    warm_up(&client, &cluster).await;
+    let set = ["g:a", "g:b", "g:c"];
+    let guard = client.lock_all(set, TTL).await.unwrap();
+    assert!(eventually(secs(10), || nodes_holding(&cluster, &set) >= 2).await);
+    for node in &cluster.nodes {
+        node.cli(&["SET", &lock_key("g:b"), "another-owner", "PX", "30000"]);
+    }
+    let released = guard.release().await;
+    assert_eq!(released[1].confirmed, 0, "{released:?}");
+    assert!(released[1].failures.len() >= 2, "{released:?}");
+    assert!(
+        released[0].confirmed >= 2 && released[2].confirmed >= 2,
+        "{released:?}"
+    );
+    assert!(eventually(secs(5), || cluster.count_keys(LOCK_KEYS) == vec![1; 3]).await);
+    for node in &cluster.nodes {
+        assert_eq!(node.cli(&["GET", &lock_key("g:b")]).trim(), "another-owner");
+    }
+}
+
+/// An extension moves every key of the set on a node or none there: a
+/// node that lost one key (expired early, deleted by hand) does not extend
+/// the others, so it never ends up holding part of the set for longer. The
+/// mutex's per-resource extend, used before, extended `x:a` there alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_extension_moves_every_key_of_a_node_or_none() {
+    let cluster = Cluster::start(3);
+    let client = new_client(&cluster);
+    warm_up(&client, &cluster).await;
+    let set = ["x:a", "x:b"];
+    // Every node must hold the set (the last node's acquire, decided at
+    // the quorum, may be dropped unsent on a loaded machine: again).
+    let mut tries = 0;
+    let guard = loop {
+        tries += 1;
+        let guard = client.lock_all(set, secs(20)).await.unwrap();
+        if eventually(secs(5), || nodes_holding(&cluster, &set) == 3).await {
+            break guard;
+        }
+        assert!(tries < 10, "no acquire reached every node");
+        guard.release().await;
+    };
+    cluster.nodes[0].cli(&["DEL", &lock_key("x:b")]);
+    guard.extend(secs(120)).await.unwrap();
+    assert!(
+        eventually(secs(10), || cluster.nodes[1..]
+            .iter()
+            .all(|node| set.iter().all(|r| pttl(node, &lock_key(r)) > 60_000)))
+        .await
+    );
+    let left = pttl(&cluster.nodes[0], &lock_key("x:a"));
+    assert!(
+        (1..=20_000).contains(&left),
+        "node 0 extended part of the set: {left} ms"
+    );
+    // Another owner's key on a second node: no majority holds the whole
+    // set, the extend fails, and that node's other key is not extended.
+    cluster.nodes[1].cli(&["SET", &lock_key("x:a"), "another-owner", "PX", "30000"]);
+    let err = guard.extend(secs(200)).await.unwrap_err();
+    assert!(matches!(err, Error::ExtendFailed(_)), "{err}");
+    let left = pttl(&cluster.nodes[1], &lock_key("x:b"));
+    assert!(
+        (1..=120_000).contains(&left),
+        "node 1 extended part of the set: {left} ms"
+    );
+    drop(guard);
+}
+
+/// Waiters of one resource of a set are woken by the set's release (its
+/// notice, within seconds, not their 10 s timer): a mutex waiter, a fair
+/// waiter in the resource's queue (named by the home's full release) and
+/// another set's waiter.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_of_a_resource_are_woken_by_the_release_of_the_set() {
+    let cluster = Cluster::start(3);
+    for fair in [false, true] {
+        let holder = crate::fair::client(&cluster, fair);
+        warm_up(&holder, &cluster).await;
+        let other = crate::fair::client(&cluster, fair);
+        warm_up(&other, &cluster).await;
+        let set = ["v:a", "v:b", "v:c"];
+        let guard = holder.lock_all(set, TTL).await.unwrap();
+        let mutex = tokio::spawn({
+            let other = other.clone();
+            async move {
+                let started = Instant::now();
+                let guard = other
+                    .lock("v:b", TTL)
+                    .retry(notice_only_retry())
+                    .acquire()
+                    .await;
+                let waited = started.elapsed();
+                let granted = match guard {
+                    Ok(guard) => {
+                        drop(guard.release().await);
+                        true
+                    }
+                    Err(_) => false,
+                };
+                (granted, waited)
+            }
+        });
+        if fair {
+            assert!(eventually(secs(10), || crate::fair::queued(&cluster, "v:b") == 1).await);
+        }
+        let sets = tokio::spawn({
+            let other = other.clone();
+            async move {
+                let started = Instant::now();
+                let guard = other
+                    .lock_set(["v:c", "v:d"], TTL)
+                    .retry(notice_only_retry())
+                    .acquire()
+                    .await;
+                let waited = started.elapsed();
+                let granted = match guard {
+                    Ok(guard) => {
+                        drop(guard.release().await);
+                        true
+                    }
+                    Err(_) => false,
+                };
+                (granted, waited)
+            }
+        });
+        tokio::time::sleep(ms(500)).await;
+        assert!(
+            !mutex.is_finished() && !sets.is_finished(),
+            "granted while held"
+        );
+        let released = guard.release().await;
+        assert!(released.iter().all(|r| r.confirmed >= 2), "{released:?}");
+        for (name, waiter) in [("mutex", mutex), ("set", sets)] {
+            let (granted, waited) = timeout(secs(30), waiter).await.unwrap().unwrap();
+            assert!(granted, "{name} waiter (fair {fair}): not granted");
+            assert!(
+                waited < secs(8),
+                "{name} waiter (fair {fair}): woken by its timer, not the notice ({waited:?})"
+            );
+        }
+        assert!(eventually(secs(5), || cluster.count_keys(LOCK_KEYS) == vec![0; 3]).await);
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dropping_the_guard_releases_every_resource() {
     let cluster = Cluster::start(3);
@@ -387,13 +601,13 @@ async fn with_all_runs_under_the_set_and_is_cancelled_on_loss() {
                 .await
         }
     });
-    // Counted leniently: under load one key's extension on a node may come
-    // after the other's key there expired (extensions are per resource).
-    assert!(
-        eventually(secs(5), || nodes_holding_whole(&cluster, &["w:a", "w:b"])
-            >= 2)
-        .await
-    );
+    // Strict: an extension moves every key of a node or none, so no node
+    // holds part of the set (`nodes_holding` panics on a partial one).
+    assert!(eventually(secs(5), || nodes_holding(&cluster, &["w:a", "w:b"]) >= 2).await);
+    for _ in 0..10 {
+        nodes_holding(&cluster, &["w:a", "w:b"]);
+        tokio::time::sleep(ms(200)).await;
+    }
     cluster.node(1).pause();
     cluster.node(2).pause();
     let err = timeout(secs(15), run).await.unwrap().unwrap().unwrap_err();
