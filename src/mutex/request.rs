@@ -264,6 +264,7 @@ impl LockRequest {
                 place,
                 &mut heard,
                 None,
+                started,
                 deadline,
                 deadline,
                 1,
@@ -325,6 +326,7 @@ impl LockRequest {
                 place,
                 &mut heard,
                 fresh,
+                attempt_start,
                 wake_at,
                 deadline,
                 attempts,
@@ -342,7 +344,7 @@ impl LockRequest {
     /// Waits in the queue until this waiter should attempt: as head, when a
     /// release is heard (after the spread and a one-node look when other
     /// clients heard it too), at `wake_at`, or at the deadline. See
-    /// [`wait_turn`](Self::wait_turn) for `heard` and `fresh`;
+    /// [`wait_turn`](Self::wait_turn) for `heard`, `fresh` and `began`;
     /// `attempt_time` is the unit of the spread.
     #[allow(clippy::too_many_arguments)]
     async fn await_retry(
@@ -351,6 +353,7 @@ impl LockRequest {
         place: &Place,
         heard: &mut Option<u64>,
         mut fresh: Option<Instant>,
+        mut began: Instant,
         mut wake_at: Instant,
         deadline: Instant,
         attempts: u32,
@@ -358,9 +361,11 @@ impl LockRequest {
     ) {
         loop {
             let woken = self
-                .wait_turn(place, heard, fresh, wake_at, deadline, attempts)
+                .wait_turn(place, heard, fresh, began, wake_at, deadline, attempts)
                 .await;
             fresh = None;
+            // From here a settle counts only if it comes after this look.
+            began = Instant::now();
             let Woken::Release { competitors } = woken else {
                 return;
             };
@@ -403,12 +408,16 @@ impl LockRequest {
     /// made before joining: `wake_at` was computed from it, so it holds if
     /// this waiter is head at once, and a release the queue heard after it
     /// began (a lingering queue hears releases while nobody waits) means
-    /// the lock may be free already.
+    /// the lock may be free already. `began` is when the last refused
+    /// attempt (or look) began: a release settled on a majority after it
+    /// (`Queue::settled`) wakes this head once more.
+    #[allow(clippy::too_many_arguments)]
     async fn wait_turn(
         &self,
         place: &Place,
         heard: &mut Option<u64>,
         fresh: Option<Instant>,
+        began: Instant,
         mut wake_at: Instant,
         deadline: Instant,
         attempts: u32,
@@ -416,6 +425,16 @@ impl LockRequest {
         let mut fresh = fresh;
         loop {
             match place.head() {
+                // A release settled on a majority after the refused
+                // attempt began: that attempt may have met nodes that had
+                // not deleted yet (it was woken by the notice's first
+                // copy), and the later copies wake nobody. Once more.
+                Some(head) if heard.is_some() && head.last_settled.is_some_and(|t| t > began) => {
+                    *heard = Some(head.heard);
+                    return Woken::Release {
+                        competitors: head.competitors,
+                    };
+                }
                 Some(head) if heard.is_some_and(|h| h != head.heard) => {
                     return Woken::Release {
                         competitors: head.competitors,
