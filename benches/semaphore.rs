@@ -210,6 +210,28 @@ enum Kind {
     Semaphore(u32),
     /// A read-write lock: this many of the tasks write, the others read.
     Rw(usize),
+    /// Multi-resource locks: task i locks resources i and i + 1 of 3, so
+    /// any two tasks' sets overlap (one holder at a time).
+    Multi,
+}
+
+/// What a contended task holds.
+enum Held {
+    One(redfence::LockGuard),
+    Set(redfence::MultiGuard),
+}
+
+impl Held {
+    async fn release(self) {
+        match self {
+            Held::One(guard) => {
+                guard.release().await;
+            }
+            Held::Set(guard) => {
+                guard.release().await;
+            }
+        }
+    }
 }
 
 /// One task's share of a contended row, in the measured window.
@@ -254,6 +276,7 @@ impl Hot {
             Kind::Semaphore(k) => k,
             // Readers share: the bound is checked by `mixed` instead.
             Kind::Rw(_) => u32::MAX,
+            Kind::Multi => 1,
         }
     }
     /// The wait at quantile `q` (0..=1) of the sorted waits, in ms.
@@ -296,31 +319,42 @@ async fn contended(servers: &[Server], kind: Kind, tasks: usize, secs: f64, name
             tokio::spawn(async move {
                 let semaphore = match kind {
                     Kind::Semaphore(k) => Some(client.semaphore(&name, k).expect("a semaphore")),
-                    Kind::Mutex | Kind::Rw(_) => None,
+                    Kind::Mutex | Kind::Rw(_) | Kind::Multi => None,
                 };
                 let rw = match kind {
                     Kind::Rw(writers) => Some((
                         client.rw_lock(&name).expect("a read-write lock"),
                         index < writers,
                     )),
-                    Kind::Mutex | Kind::Semaphore(_) => None,
+                    Kind::Mutex | Kind::Semaphore(_) | Kind::Multi => None,
                 };
+                let set = matches!(kind, Kind::Multi).then(|| {
+                    [
+                        format!("{name}-{}", index % 3),
+                        format!("{name}-{}", (index + 1) % 3),
+                    ]
+                });
                 let writer = rw.as_ref().is_some_and(|(_, w)| *w);
                 let (mut share, mut errors) = (Share::default(), 0u64);
                 share.writer = writer;
                 while Instant::now() < end {
                     let asked = Instant::now();
-                    let guard = match (&semaphore, &rw) {
-                        (Some(s), _) => s.acquire(ttl).await.map(redfence::Permit::into_guard),
-                        (None, Some((lock, true))) => lock
+                    let guard = match (&semaphore, &rw, &set) {
+                        (Some(s), _, _) => s.acquire(ttl).await.map(|p| Held::One(p.into_guard())),
+                        (None, Some((lock, true)), _) => lock
                             .acquire_write(ttl)
                             .await
-                            .map(redfence::RwGuard::into_guard),
-                        (None, Some((lock, false))) => lock
+                            .map(|g| Held::One(g.into_guard())),
+                        (None, Some((lock, false)), _) => lock
                             .acquire_read(ttl)
                             .await
-                            .map(redfence::RwGuard::into_guard),
-                        (None, None) => client.acquire(name.as_str(), ttl).await,
+                            .map(|g| Held::One(g.into_guard())),
+                        (None, None, Some(set)) => {
+                            client.lock_all(set.iter(), ttl).await.map(Held::Set)
+                        }
+                        (None, None, None) => {
+                            client.acquire(name.as_str(), ttl).await.map(Held::One)
+                        }
                     };
                     let Ok(guard) = guard else {
                         errors += 1;
@@ -413,7 +447,7 @@ fn contended_table(runtime: &tokio::runtime::Runtime, secs: f64) -> bool {
         "| nodes | primitive | K | tasks | handoffs/s | ÷ mutex hot | ÷ (K × mutex hot) | permits held (avg) | Redis commands/acq | attempts/acq | wait p50 ms | p99 ms | max ms | Jain | errors |"
     );
     println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
-    let shapes: [(Kind, usize); 10] = [
+    let shapes: [(Kind, usize); 12] = [
         (Kind::Mutex, 2),
         (Kind::Mutex, 8),
         (Kind::Semaphore(1), 2),
@@ -424,6 +458,8 @@ fn contended_table(runtime: &tokio::runtime::Runtime, secs: f64) -> bool {
         (Kind::Semaphore(4), 32),
         (Kind::Rw(1), 8),
         (Kind::Rw(2), 8),
+        (Kind::Multi, 3),
+        (Kind::Multi, 12),
     ];
     let mut bounded = true;
     let mut rw_lines: Vec<String> = Vec::new();
@@ -467,6 +503,7 @@ fn contended_table(runtime: &tokio::runtime::Runtime, secs: f64) -> bool {
                 Kind::Semaphore(k) => ("semaphore", k),
                 Kind::Rw(1) => ("rw lock, 1 writer + readers", 1),
                 Kind::Rw(_) => ("rw lock, 2 writers + readers", 1),
+                Kind::Multi => ("lock_all, 2 of 3 resources", 1),
             };
             let grants = row.grants().max(1) as f64;
             println!(

@@ -355,9 +355,11 @@ async fn two_clients_taking_turns_cost_one_attempt_each() {
     );
     assert_eq!(overlaps.load(Ordering::SeqCst), 0);
     // Each client's first acquire may attempt before it knows the lock is
-    // busy; a slow named waiter can cost one more now and then.
+    // busy; a slow named waiter can cost one more now and then (81–88 on
+    // a quiet machine, 93 once in a loaded CI run). The bug this guards
+    // against cost two per acquisition (160).
     assert!(
-        attempts <= 2 * ROUNDS + 2 + 8,
+        attempts <= 2 * ROUNDS + 2 + 20,
         "{attempts} attempts for {} acquisitions",
         2 * ROUNDS
     );
