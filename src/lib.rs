@@ -148,7 +148,7 @@
 //! |---|---|---|
 //! | `postgres` | off | `postgres::PgFencedStore`: fenced writes checked by PostgreSQL (tokio-postgres) |
 //! | `sqlx-postgres`, `sqlx-mysql`, `sqlx-sqlite` (`sqlx`: all three) | off | `sqlx::{postgres, mysql, sqlite}`: fenced writes through sqlx on each backend |
-//! | `metrics` | off | counters, gauges and histograms (`redfence_*`) through the `metrics` facade, for any exporter (README, "Observability") |
+//! | `metrics` | off | counters, gauges and histograms (`redfence_*`) through the `metrics` facade, for any exporter (docs/operations.md, "Observability") |
 //! | `tls` | off | `rediss://` nodes and [`Tls`] (a private CA, mutual TLS): rustls through the `redis` crate's `tokio-rustls-comp`, with `ring` |
 //!
 //! The default build has no optional dependency. The fault suite, with its
@@ -243,6 +243,11 @@ pub use tokio_postgres;
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
+
+// The operator's guide's code blocks (Cluster, Sentinel and TLS nodes).
+#[cfg(doctest)]
+#[doc = include_str!("../docs/operations.md")]
+struct OperationsDoctests;
 
 #[cfg(test)]
 mod tests {

@@ -99,7 +99,7 @@ pub enum NodeErrorKind {
     /// something the client needs (`NOPERM`): run a command, touch a key
     /// outside its key patterns, or publish on a channel outside its channel
     /// patterns, directly or inside one of the crate's scripts. Permanent:
-    /// retrying does not help; the README lists the ACL rule each feature
+    /// retrying does not help; docs/operations.md lists the ACL rule each feature
     /// needs ("Least-privilege ACL users").
     #[error("no permission to {denied}")]
     NoPermission {

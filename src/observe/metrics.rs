@@ -12,7 +12,7 @@
 //! that are rare by nature (a node error, a change of a node's health),
 //! never per lock operation.
 //!
-//! The names, types and labels are the README's table ("Observability");
+//! The names, types and labels are the table of docs/operations.md ("Observability");
 //! `tests/it/metrics.rs` reads each one back after real operations.
 
 use std::time::Duration;

@@ -56,7 +56,7 @@ pub(crate) struct Config {
 /// (`rediss+sentinel://` for TLS to the master and the Sentinels; the
 /// credentials are the master's, and Sentinels with a password take
 /// `?sentinel_password=P[&sentinel_user=U]`), or [`NodeSpec::sentinel`];
-/// see README, "Redis Sentinel".
+/// see docs/operations.md, "Redis Sentinel".
 /// Its `Debug` never shows a password.
 #[derive(Clone)]
 pub struct NodeSpec(Spec);
@@ -74,7 +74,7 @@ impl NodeSpec {
     /// as `redis://` or `rediss://` URLs (or `redis::ConnectionInfo`s):
     /// the client reads the slot map from whichever answers first. Every
     /// key of one resource shares a hash tag, so each lock lives on one
-    /// shard; see README, "Redis Cluster".
+    /// shard; see docs/operations.md, "Redis Cluster".
     pub fn cluster<I, S>(seeds: I) -> NodeSpec
     where
         I: IntoIterator<Item = S>,

@@ -1,6 +1,6 @@
 //! Least-privilege ACL users: each feature, run as a user with exactly the
-//! rules the README's table gives it (the table is read from README.md, so
-//! the documentation cannot drift from what is tested), works. The other
+//! rules the ACL table of docs/operations.md gives it (read from the file,
+//! so the documentation cannot drift from what is tested), works. The other
 //! direction, a missing permission named in a `NoPermission` failure, is
 //! `errors::a_user_missing_a_permission_gets_no_permission_naming_the_command`.
 
@@ -9,13 +9,13 @@ use redfence::{Client, RestartGuard, Retry};
 use crate::helpers::{calls, eventually, hand_over_by_notice, ms, secs, LOCK_KEYS};
 use crate::support::Cluster;
 
-/// The README's rows, in order: (feature, rules).
+/// The rows of docs/operations.md's ACL table, in order: (feature, rules).
 pub(crate) fn readme_rules() -> Vec<(String, Vec<String>)> {
-    let readme = include_str!("../../README.md");
+    let readme = include_str!("../../docs/operations.md");
     let section = readme
         .split("## Least-privilege ACL users")
         .nth(1)
-        .expect("README has the ACL section");
+        .expect("docs/operations.md has the ACL section");
     let rows: Vec<(String, Vec<String>)> = section
         .lines()
         .skip_while(|l| !l.starts_with("| feature"))
@@ -35,7 +35,7 @@ pub(crate) fn readme_rules() -> Vec<(String, Vec<String>)> {
     rows
 }
 
-/// A user `name` with the rules of the README's rows `rows` on every node,
+/// A user `name` with the rules of the rows `rows` on every node,
 /// and its URLs.
 fn user(cluster: &Cluster, name: &str, rows: &[usize]) -> Vec<String> {
     let table = readme_rules();

@@ -643,8 +643,8 @@ async fn the_fenced_store_runs_on_a_cluster_connection() {
     second.release().await;
 }
 
-/// A least-privilege user on every node of a cluster, with the README's
-/// rules (every row, the cluster's included): the lock, tokens, waiting
+/// A least-privilege user on every node of a cluster, with the ACL rules
+/// of docs/operations.md (every row, the cluster's included): the lock, tokens, waiting
 /// by sharded notice, the re-seed's reads and the audit all work. Without
 /// the cluster row the topology read is refused, naming the command.
 #[tokio::test]

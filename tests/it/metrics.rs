@@ -1,4 +1,4 @@
-//! The `metrics` feature: every metric the README's table lists, read back
+//! The `metrics` feature: every metric the table of docs/operations.md lists, read back
 //! after real operations on real servers.
 //!
 //! The recorder is a small one of this file that logs every operation in
@@ -97,14 +97,14 @@ impl Log {
         self.0.lock().unwrap().clone()
     }
 
-    /// Every metric recorded is a row of the README's table, with that
+    /// Every metric recorded is a row of the table of docs/operations.md, with that
     /// type and exactly those labels.
     fn check_documented(&self) {
         let table = readme_metrics();
         for entry in self.all() {
             let Some((_, kind, labels)) = table.iter().find(|(name, ..)| *name == entry.name)
             else {
-                panic!("{} is not in the README's table", entry.name);
+                panic!("{} is not in the table of docs/operations.md", entry.name);
             };
             let recorded = match entry.op {
                 Op::Counter(_) => "counter",
@@ -121,13 +121,13 @@ impl Log {
     }
 }
 
-/// The README's metric table: (name, type, labels) per row.
+/// The metric table of docs/operations.md: (name, type, labels) per row.
 fn readme_metrics() -> Vec<(String, String, Vec<String>)> {
-    let readme = include_str!("../../README.md");
+    let readme = include_str!("../../docs/operations.md");
     let section = readme
         .split("## Observability")
         .nth(1)
-        .expect("README has the Observability section");
+        .expect("docs/operations.md has the Observability section");
     let rows: Vec<(String, String, Vec<String>)> = section
         .lines()
         .skip_while(|l| !l.starts_with("| metric"))
@@ -150,7 +150,7 @@ fn readme_metrics() -> Vec<(String, String, Vec<String>)> {
     rows
 }
 
-/// Each metric of the README's table is read back by a test of this file
+/// Each metric of the table of docs/operations.md is read back by a test of this file
 /// (the other tests check that what they record is in the table).
 #[test]
 fn every_documented_metric_is_read_back() {

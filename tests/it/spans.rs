@@ -189,13 +189,13 @@ fn leaks(text: &str, value: &str) -> bool {
 
 const PASSWORD: &str = "obs-pa55-7d1e";
 
-/// The README's span table: (span names, fields) per row.
+/// The span table of docs/operations.md: (span names, fields) per row.
 fn readme_spans() -> Vec<(Vec<String>, Vec<String>)> {
-    let readme = include_str!("../../README.md");
+    let readme = include_str!("../../docs/operations.md");
     let section = readme
         .split("## Observability")
         .nth(1)
-        .expect("README has the Observability section");
+        .expect("docs/operations.md has the Observability section");
     let rows: Vec<(Vec<String>, Vec<String>)> = section
         .lines()
         .skip_while(|l| !l.starts_with("| span"))
@@ -423,7 +423,7 @@ async fn every_operation_has_a_span_with_its_outcome_and_no_secret() {
             .collect::<Vec<_>>()
     );
 
-    // Every span of the README's table, with every field it lists.
+    // Every span of the table of docs/operations.md, with every field it lists.
     for (names, fields) in readme_spans() {
         for name in names {
             let spans = c.spans(&name);
