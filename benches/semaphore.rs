@@ -10,19 +10,18 @@
 //!
 //! The second table is contended: T tasks, each with its own client (T
 //! hosts), loop on one semaphore of K permits: a waiting acquire, a 1 ms
-//! critical section, `release().await`. K = 2 and 4 with 2K and 8K tasks,
-//! beside the mutex's hot lock (K = 1, the fair queue, 2 and 8 tasks) and
-//! a semaphore of K = 1 (the same exclusion without the fair queue: its
-//! waiters take no turns), on 1 and 3 nodes, all in one run. Per row, in
-//! the measured window: handoffs (grants) per second, and that ÷ the
-//! mutex's hot rate (8 tasks) and ÷ K × the mutex's (what each permit
-//! serves against one lock); permits held on average (Σ grant → release
-//! returned ÷ window: at most K); Redis commands and attempts per
-//! acquisition; each acquire's wait (call → grant), p50, p99 and max,
-//! and Jain's index of the tasks' grant counts (1 = equal shares). The
-//! waits' spread is the price of the semaphore's unfair waiting
-//! (DESIGN.md, section 6a, "Waiting"). No row may see more than K holders
-//! at once (checked: an excess exits 1).
+//! critical section, `release().await`. K = 1, 2 and 4 with 2K and 8K
+//! tasks (the waiters in the semaphore's line, the default), K = 4 again
+//! with `fair(false)` (every waiting client retries on every release),
+//! beside the mutex's hot lock (the fair queue, 2 and 8 tasks), on 1 and
+//! 3 nodes, all in one run. Per row, in the measured window: handoffs
+//! (grants) per second, and that ÷ the mutex's hot rate (8 tasks) and ÷
+//! K × the mutex's (what each permit serves against one lock); permits
+//! held on average (Σ grant → release returned ÷ window: at most K);
+//! Redis commands and attempts per acquisition; each acquire's wait (call
+//! → grant), p50, p99 and max, and Jain's index of the tasks' grant
+//! counts (1 = equal shares). No row may see more than K holders at once
+//! (checked: an excess exits 1).
 //!
 //! `cargo bench --bench semaphore` (`REDFENCE_BENCH_SECS` sets the measured
 //! seconds per row, default 2).
@@ -206,8 +205,9 @@ async fn slice(
 enum Kind {
     /// The crate's mutex on one resource (the fair queue, the default).
     Mutex,
-    /// A semaphore of K permits.
-    Semaphore(u32),
+    /// A semaphore of K permits; `false`: its waiters without the line
+    /// (`fair(false)`, every waiting client retries on every release).
+    Semaphore(u32, bool),
     /// A read-write lock: this many of the tasks write, the others read.
     Rw(usize),
     /// Multi-resource locks: task i locks resources i and i + 1 of 3, so
@@ -248,6 +248,8 @@ struct Share {
 struct Hot {
     kind: Kind,
     tasks: usize,
+    /// The critical section, ms.
+    hold_ms: u64,
     window: Duration,
     shares: Vec<u64>,
     held: Duration,
@@ -273,7 +275,7 @@ impl Hot {
     fn permits(&self) -> u32 {
         match self.kind {
             Kind::Mutex => 1,
-            Kind::Semaphore(k) => k,
+            Kind::Semaphore(k, _) => k,
             // Readers share: the bound is checked by `mixed` instead.
             Kind::Rw(_) => u32::MAX,
             Kind::Multi => 1,
@@ -291,13 +293,19 @@ impl Hot {
 
 /// T tasks, a client each, contending for `kind` (named `name`) for a
 /// warm-up and then `secs` measured.
-async fn contended(servers: &[Server], kind: Kind, tasks: usize, secs: f64, name: &str) -> Hot {
+async fn contended(
+    servers: &[Server],
+    (kind, tasks, hold_ms): (Kind, usize, u64),
+    secs: f64,
+    name: &str,
+) -> Hot {
     let urls: Vec<String> = servers.iter().map(Server::url).collect();
     let clients: Vec<redfence::Client> = (0..tasks)
         .map(|_| {
             redfence::Client::builder(urls.clone())
                 .restart_guard(redfence::RestartGuard::off())
                 .retry(redfence::Retry::new().with_max_wait(Duration::from_secs(30)))
+                .fair(!matches!(kind, Kind::Semaphore(_, false)))
                 .build()
                 .expect("a client")
         })
@@ -318,7 +326,7 @@ async fn contended(servers: &[Server], kind: Kind, tasks: usize, secs: f64, name
             let (writing, mixed) = (Arc::clone(&writing), Arc::clone(&mixed));
             tokio::spawn(async move {
                 let semaphore = match kind {
-                    Kind::Semaphore(k) => Some(client.semaphore(&name, k).expect("a semaphore")),
+                    Kind::Semaphore(k, _) => Some(client.semaphore(&name, k).expect("a semaphore")),
                     Kind::Mutex | Kind::Rw(_) | Kind::Multi => None,
                 };
                 let rw = match kind {
@@ -326,7 +334,7 @@ async fn contended(servers: &[Server], kind: Kind, tasks: usize, secs: f64, name
                         client.rw_lock(&name).expect("a read-write lock"),
                         index < writers,
                     )),
-                    Kind::Mutex | Kind::Semaphore(_) | Kind::Multi => None,
+                    Kind::Mutex | Kind::Semaphore(..) | Kind::Multi => None,
                 };
                 let set = matches!(kind, Kind::Multi).then(|| {
                     [
@@ -371,7 +379,7 @@ async fn contended(servers: &[Server], kind: Kind, tasks: usize, secs: f64, name
                     if writers_now > 0 && now > 1 {
                         mixed.fetch_add(1, Ordering::SeqCst);
                     }
-                    tokio::time::sleep(Duration::from_millis(1)).await;
+                    tokio::time::sleep(Duration::from_millis(hold_ms)).await;
                     if writer {
                         writing.fetch_sub(1, Ordering::SeqCst);
                     }
@@ -408,6 +416,7 @@ async fn contended(servers: &[Server], kind: Kind, tasks: usize, secs: f64, name
     let mut hot = Hot {
         kind,
         tasks,
+        hold_ms,
         window,
         shares: Vec::new(),
         held: Duration::ZERO,
@@ -447,19 +456,24 @@ fn contended_table(runtime: &tokio::runtime::Runtime, secs: f64) -> bool {
         "| nodes | primitive | K | tasks | handoffs/s | ÷ mutex hot | ÷ (K × mutex hot) | permits held (avg) | Redis commands/acq | attempts/acq | wait p50 ms | p99 ms | max ms | Jain | errors |"
     );
     println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
-    let shapes: [(Kind, usize); 12] = [
-        (Kind::Mutex, 2),
-        (Kind::Mutex, 8),
-        (Kind::Semaphore(1), 2),
-        (Kind::Semaphore(1), 8),
-        (Kind::Semaphore(2), 4),
-        (Kind::Semaphore(2), 16),
-        (Kind::Semaphore(4), 8),
-        (Kind::Semaphore(4), 32),
-        (Kind::Rw(1), 8),
-        (Kind::Rw(2), 8),
-        (Kind::Multi, 3),
-        (Kind::Multi, 12),
+    // (primitive, tasks, critical section in ms)
+    let shapes: [(Kind, usize, u64); 16] = [
+        (Kind::Mutex, 2, 1),
+        (Kind::Mutex, 8, 1),
+        (Kind::Semaphore(1, true), 2, 1),
+        (Kind::Semaphore(1, true), 8, 1),
+        (Kind::Semaphore(2, true), 4, 1),
+        (Kind::Semaphore(2, true), 16, 1),
+        (Kind::Semaphore(4, true), 8, 1),
+        (Kind::Semaphore(4, true), 32, 1),
+        (Kind::Semaphore(4, false), 8, 1),
+        (Kind::Semaphore(4, false), 32, 1),
+        (Kind::Semaphore(4, true), 8, 20),
+        (Kind::Semaphore(4, false), 8, 20),
+        (Kind::Rw(1), 8, 1),
+        (Kind::Rw(2), 8, 1),
+        (Kind::Multi, 3, 1),
+        (Kind::Multi, 12, 1),
     ];
     let mut bounded = true;
     let mut rw_lines: Vec<String> = Vec::new();
@@ -468,9 +482,9 @@ fn contended_table(runtime: &tokio::runtime::Runtime, secs: f64) -> bool {
         let rows: Vec<Hot> = shapes
             .iter()
             .enumerate()
-            .map(|(i, &(kind, tasks))| {
+            .map(|(i, &shape)| {
                 let name = format!("hot-{n}-{i}");
-                runtime.block_on(contended(&servers, kind, tasks, secs, &name))
+                runtime.block_on(contended(&servers, shape, secs, &name))
             })
             .collect();
         // The mutex's hot lock: its 8-task row.
@@ -500,12 +514,18 @@ fn contended_table(runtime: &tokio::runtime::Runtime, secs: f64) -> bool {
         for row in &rows {
             let (name, k) = match row.kind {
                 Kind::Mutex => ("mutex (fair queue)", 1),
-                Kind::Semaphore(k) => ("semaphore", k),
+                Kind::Semaphore(k, true) => ("semaphore", k),
+                Kind::Semaphore(k, false) => ("semaphore, fair(false)", k),
                 Kind::Rw(1) => ("rw lock, 1 writer + readers", 1),
                 Kind::Rw(_) => ("rw lock, 2 writers + readers", 1),
                 Kind::Multi => ("lock_all, 2 of 3 resources", 1),
             };
             let grants = row.grants().max(1) as f64;
+            let name = if row.hold_ms == 1 {
+                name.to_owned()
+            } else {
+                format!("{name}, {} ms held", row.hold_ms)
+            };
             println!(
                 "| {n} | {name} | {k} | {} | {:.0} | {:.2} | {:.2} | {:.2} | {:.1} | {:.2} | {:.1} | {:.1} | {:.1} | {:.2} | {} |",
                 row.tasks,

@@ -194,7 +194,9 @@ impl Builder {
     /// safety (README, "Hot locks"). Only with
     /// [`wake_on_release`](Self::wake_on_release). Defaults to `true`;
     /// `false` gives the earlier, unordered competition between clients
-    /// (FIFO within a client).
+    /// (FIFO within a client). Semaphore waiters follow the same setting
+    /// through the semaphore's line
+    /// ([`SemaphoreRequest::fair`](crate::SemaphoreRequest::fair)).
     pub fn fair(mut self, enabled: bool) -> Self {
         self.fair = enabled;
         self

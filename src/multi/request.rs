@@ -159,9 +159,9 @@ impl MultiRequest {
     /// it.
     ///
     /// **No fair queue.** A waiter for a set waits for any of its
-    /// resources, as a semaphore waiter does: it takes no turns in the
-    /// resources' fair queues, and a mutex waiter in such a queue may be
-    /// served first. Bounded by the deadline.
+    /// resources: it takes no turns in the resources' fair queues, and a
+    /// mutex waiter in such a queue may be served first. Bounded by the
+    /// deadline.
     ///
     /// On failure, [`Error::NotAcquired`] carries the last attempt's
     /// per-node detail (under the resources' names joined) and the number

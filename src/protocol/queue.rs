@@ -136,15 +136,83 @@ pub(crate) async fn look(
 /// once, each bounded by the node timeout; a mark that does not land
 /// (a node down or slow) costs a notice, which the waiter's timers cover.
 pub(crate) async fn mark_waiting(shared: &Arc<Shared>, targets: &[&Target], life: Duration) {
-    let life = life_ms(life).to_string();
+    mark_all(shared, targets, vec![life_ms(life).to_string()], false).await;
+}
+
+/// [`mark_waiting`] by the semaphore's waiter whose turn it is: the marker
+/// is its `claim` (`c:{ms}:{claimant}`, replacing another's), so that a
+/// release of any of `targets` keeps the freed key for it that long
+/// (`release.lua`; DESIGN.md, section 6a, "Waiting").
+pub(crate) async fn claim_waiting(
+    shared: &Arc<Shared>,
+    targets: &[&Target],
+    life: Duration,
+    claim: &str,
+) {
+    mark_all(
+        shared,
+        targets,
+        vec![life_ms(life).to_string(), claim.to_owned()],
+        false,
+    )
+    .await;
+}
+
+/// Takes `claim` back (the waiter has its permit, or gave up), in the
+/// background: where the marker is still this claim it becomes a plain
+/// marker for the rest of its life, so releases stop keeping keys for a
+/// waiter that no longer comes, and a key a release kept for the claimant
+/// (`kept`, `r:{claimant}`) that it did not take is deleted (two releases
+/// can keep two slots for one claimant). Best effort: a claim left behind
+/// makes each release keep its key for the claim's few node timeouts,
+/// until the next waiter's claim replaces it or it expires.
+pub(crate) fn unclaim(shared: &Arc<Shared>, targets: Vec<Target>, claim: String, kept: String) {
+    let Ok(handle) = tokio::runtime::Handle::try_current() else {
+        return;
+    };
+    let shared = Arc::clone(shared);
+    handle.spawn(async move {
+        let targets: Vec<&Target> = targets.iter().collect();
+        unclaim_now(&shared, &targets, &claim, &kept).await;
+    });
+}
+
+/// [`unclaim`], awaited: all nodes and targets at once, each bounded by
+/// the node timeout.
+pub(crate) async fn unclaim_now(
+    shared: &Arc<Shared>,
+    targets: &[&Target],
+    claim: &str,
+    kept: &str,
+) {
+    let args = vec![
+        String::from("1"),
+        claim.to_owned(),
+        String::from("drop"),
+        kept.to_owned(),
+    ];
+    mark_all(shared, targets, args, true).await;
+}
+
+/// [`MARK`] with `args` on every node for every target's marker (and,
+/// with `lock`, its lock key), all at once, each bounded by the node
+/// timeout.
+async fn mark_all(shared: &Arc<Shared>, targets: &[&Target], args: Vec<String>, lock: bool) {
     let timeout = shared.config.node_timeout;
+    let args: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
     let marks = targets.iter().flat_map(|target| {
-        let (marker, life) = (&target.home.marker, &life);
-        shared.nodes.iter().map(move |node| async move {
-            let keys: [&str; 1] = [marker];
-            let args: [&[u8]; 1] = [life.as_bytes()];
-            let run = node.run_script(&MARK, &keys, &args, &Settled::NEVER, true, None);
-            let _ = tokio::time::timeout(timeout, run).await;
+        let keys: Vec<&str> = if lock {
+            vec![&target.home.marker, &target.key]
+        } else {
+            vec![&target.home.marker]
+        };
+        let args = &args;
+        shared.nodes.iter().map(move |node| {
+            let keys = keys.clone();
+            async move {
+                let run = node.run_script(&MARK, &keys, args, &Settled::NEVER, true, None);
+                let _ = tokio::time::timeout(timeout, run).await;
+            }
         })
     });
     futures::future::join_all(marks).await;

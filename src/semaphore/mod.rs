@@ -7,8 +7,8 @@
 //!
 //! - `slots`: the slot names, the checks on a name and on K, a pass's
 //!   order (pure);
-//! - `request`: [`SemaphoreRequest`]: a pass over the slots, waiting for a
-//!   release of any slot;
+//! - `request`: [`SemaphoreRequest`]: a pass over the slots, the waiters'
+//!   line and the claim, waiting for a release of any slot;
 //! - `permit`: [`Permit`], the guard;
 //! - `model` (tests): the bound's model checker, with the per-node counter
 //!   as its negative control.
@@ -46,9 +46,10 @@ pub use request::SemaphoreRequest;
 /// slots at or above the new K leave; raising it, at once.
 ///
 /// A mutex on a resource named `{name}:permit:{i}` *is* slot `i` of
-/// semaphore `name`: keep such names for the semaphore (an operator can
-/// use them with [`Client::inspect`](crate::Client::inspect) or
-/// `force_release`).
+/// semaphore `name`, and `{name}:queue` is its waiters' line (see
+/// [`SemaphoreRequest::acquire`]): keep such names for the semaphore (an
+/// operator can use them with [`Client::inspect`](crate::Client::inspect)
+/// or `force_release`).
 #[derive(Clone)]
 pub struct Semaphore {
     shared: Arc<Shared>,

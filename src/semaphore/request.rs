@@ -1,8 +1,10 @@
 //! A configured permit request: which semaphore, for how long, how to
 //! wait. A pass tries the slots from a random one, up to all K, and stops
-//! at the first grant; a waiting acquire then sleeps until a release of
-//! any slot is heard (or a holder's keys run out, or the retry policy's
-//! pause passes) and makes another pass, until the deadline.
+//! at the first grant; a refused request then waits for its turn in the
+//! semaphore's line (a fair-queue mutex, `{name}:queue`), and once at its
+//! head sleeps until a release of any slot is heard (or a holder's keys
+//! run out, or the retry policy's pause passes) and makes another pass,
+//! starting with the released slot, until the deadline.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -12,17 +14,17 @@ use tracing::field::{self, Empty};
 use tracing::{Instrument, Span};
 
 use super::permit::Permit;
-use super::slots::pass_order;
+use super::slots::{pass_order, queue_resource};
 use crate::error::failure::{FailureReason, NodeErrorKind, Phase, QuorumFailure};
 use crate::error::Error;
 use crate::lease::Lease;
 use crate::logic::quorum::quorum;
 use crate::logic::validity::later;
 use crate::mutex::guard::LockGuard;
-use crate::mutex::request::run_holding;
-use crate::protocol::attempt::attempt;
+use crate::mutex::request::{run_holding, LockRequest};
+use crate::protocol::attempt::{attempt, attempt_pregranted};
 use crate::protocol::fair::{holder_expiry, hopeless, log_failure};
-use crate::protocol::queue::mark_waiting;
+use crate::protocol::queue::{claim_waiting, mark_waiting, unclaim, unclaim_now};
 use crate::protocol::shared::{Grant, Shared, Target};
 use crate::settings::autoextend::{AutoExtend, Schedule};
 use crate::settings::retry::{jitter, Retry};
@@ -42,6 +44,80 @@ pub struct SemaphoreRequest {
     retry: Retry,
     auto_extend: Option<AutoExtend>,
     wake_on_release: bool,
+    fair: bool,
+}
+
+/// How long the line's lease lasts (auto-extended while its holder waits):
+/// a waiter that dies while it is its turn holds the others up for at most
+/// this long. Twenty node timeouts, at least 2 s, and never more than the
+/// permit's own TTL: the restart guard's window is the longest TTL a
+/// client requests, and the line must not widen it.
+fn line_ttl(shared: &Shared, ttl: Duration) -> Duration {
+    shared
+        .config
+        .node_timeout
+        .checked_mul(20)
+        .unwrap_or(Duration::MAX)
+        .clamp(Duration::from_secs(2), Duration::from_secs(3600))
+        .min(ttl)
+}
+
+/// Whether a refused attempt saw the slot held somewhere: with a node down
+/// a held slot fails as `Unavailable`, not `Contended`.
+fn saw_holder(failure: &QuorumFailure) -> bool {
+    failure.reason == FailureReason::Contended
+        || failure
+            .failures
+            .iter()
+            .any(|f| matches!(f.kind, NodeErrorKind::HeldByOther { .. }))
+}
+
+/// How long a release keeps a freed slot for the claim of the waiter
+/// whose turn it is: four node timeouts (its notice, its pass), at least
+/// 100 ms. A claimant that died costs each release that long.
+fn keep_for(shared: &Shared) -> Duration {
+    shared
+        .config
+        .node_timeout
+        .checked_mul(4)
+        .unwrap_or(Duration::MAX)
+        .clamp(Duration::from_millis(100), Duration::from_secs(10))
+}
+
+/// The claim of the waiter whose turn it is (`c:{ms}:{claimant}` in the
+/// slots' markers): a release keeps the freed key as `r:{claimant}`, which
+/// this waiter's attempts take as free by its SHA1 (`hash`). Dropped, it
+/// is taken back in the background.
+struct Claim {
+    shared: Arc<Shared>,
+    value: String,
+    /// `r:{claimant}`, what a release keeps a slot as.
+    kept: String,
+    hash: String,
+    slots: Vec<Target>,
+}
+
+impl Claim {
+    /// Takes the claim back now (the waiter got its permit).
+    async fn take_back(mut self) {
+        let slots = std::mem::take(&mut self.slots);
+        let targets: Vec<&Target> = slots.iter().collect();
+        unclaim_now(&self.shared, &targets, &self.value, &self.kept).await;
+    }
+}
+
+impl Drop for Claim {
+    /// A waiter that gave up or was cancelled: in the background.
+    fn drop(&mut self) {
+        if !self.slots.is_empty() {
+            unclaim(
+                &self.shared,
+                std::mem::take(&mut self.slots),
+                std::mem::take(&mut self.value),
+                std::mem::take(&mut self.kept),
+            );
+        }
+    }
 }
 
 /// The slots' targets, made when first tried, and the next pass's start.
@@ -69,6 +145,7 @@ impl SemaphoreRequest {
             retry: config.retry,
             auto_extend: config.auto_extend,
             wake_on_release: config.wake_on_release,
+            fair: config.fair,
             shared,
             name,
             slots,
@@ -103,6 +180,18 @@ impl SemaphoreRequest {
     /// client's setting (`true` unless set).
     pub fn wake_on_release(mut self, enabled: bool) -> Self {
         self.wake_on_release = enabled;
+        self
+    }
+
+    /// Whether waiters take turns (`true`): they stand in the semaphore's
+    /// line, in arrival order across processes, and only the one at its
+    /// head tries the slots, so a release costs one retry however many
+    /// wait. `false`: every waiting client retries on every release and
+    /// the first to land wins. Defaults to the client's
+    /// [`Builder::fair`](crate::Builder::fair) (`true` unless set); only
+    /// with waiting by notification.
+    pub fn fair(mut self, enabled: bool) -> Self {
+        self.fair = enabled;
         self
     }
 
@@ -163,6 +252,7 @@ impl SemaphoreRequest {
         probe: bool,
         attempts: &mut u32,
         deadline: Option<Instant>,
+        claim: Option<&Claim>,
     ) -> Result<(u32, Grant), Refused> {
         let permits = u32::try_from(targets.slots.len()).unwrap_or(u32::MAX);
         // Later passes start elsewhere: spreads the retries of waiters.
@@ -174,7 +264,15 @@ impl SemaphoreRequest {
                 continue;
             };
             *attempts += 1;
-            match attempt(&self.shared, target, probe).await {
+            // A key a release kept for our claim counts as free.
+            let tried = match claim {
+                Some(claim) => {
+                    attempt_pregranted(&self.shared, target, probe, None, Some(&claim.hash), None)
+                        .await
+                }
+                None => attempt(&self.shared, target, probe).await,
+            };
+            match tried {
                 Ok(grant) => return Ok((slot, grant)),
                 Err(failure) => {
                     log_failure(*attempts, &failure);
@@ -183,14 +281,10 @@ impl SemaphoreRequest {
                         expiry = Some(expiry.map_or(e, |x| x.min(e)));
                     }
                     // Another slot is worth a try while this one was seen
-                    // held somewhere: with a node down a held slot fails as
-                    // `Unavailable`, not `Contended`.
-                    let held = failure.reason == FailureReason::Contended
-                        || failure
-                            .failures
-                            .iter()
-                            .any(|f| matches!(f.kind, NodeErrorKind::HeldByOther { .. }));
-                    let stop = !held || hopeless(&failure) || deadline.is_some_and(|d| now >= d);
+                    // held somewhere.
+                    let stop = !saw_holder(&failure)
+                        || hopeless(&failure)
+                        || deadline.is_some_and(|d| now >= d);
                     last = Some(failure);
                     if stop {
                         break;
@@ -224,13 +318,19 @@ impl SemaphoreRequest {
     /// policy's jittered delay (a lost notice never makes the wait longer
     /// than that), whichever is first, never after the deadline.
     ///
-    /// **No fair queue.** The mutex's turn-taking queue orders the waiters
-    /// of one resource; a semaphore waiter waits for any of K, and a ticket
-    /// in K queues at once would be handed K turns. So semaphore waiters do
-    /// not take turns: all waiting clients hear a release, and the first
-    /// whose retry lands gets the permit (within one client, only its first
-    /// waiter per slot retries). Under sustained contention a waiter can be
-    /// overtaken; its wait is bounded by the deadline.
+    /// **Waiters take turns** ([`fair`](Self::fair), on by default). A
+    /// request refused by its first pass stands in the semaphore's line:
+    /// the fair queue of a mutex of this crate, `{name}:queue`, whose
+    /// holder is the one waiter that tries the slots. Waiters of every
+    /// process are served in the order they joined the line, and a release
+    /// costs one retry however many wait. The line orders who tries; the
+    /// slots' quorums still decide who holds, so when the line fails (its
+    /// holder died: at most its lease of 20 node timeouts, at least 2 s,
+    /// auto-extended while it waits; nodes unreachable: the request waits
+    /// unordered) order and time suffer, never the bound. A request's
+    /// *first* pass does not queue: a newcomer that finds a slot free
+    /// takes it, even with others in line (a release and a newcomer's
+    /// pass can meet before the line's head retries).
     ///
     /// On failure, [`Error::NotAcquired`] carries the last attempt's
     /// per-node detail and the number of attempts (slot tries).
@@ -246,14 +346,27 @@ impl SemaphoreRequest {
         let deadline = self.retry.deadline(started);
         let mut attempts = 0u32;
         let mut passes = 0u32;
-        // Subscribed to every slot from the first refused pass on.
+        // Subscribed to every slot from the first refused pass on (the
+        // waiter whose turn it is: before its first pass of the turn).
         let mut places: Vec<Place> = Vec::new();
+        // The semaphore's waiting line: held while this waiter is the one
+        // that tries; released (in the background, handed to the next
+        // waiter) when this one has its permit or gives up.
+        let mut turn: Option<LockGuard> = None;
+        let mut claim: Option<Claim> = None;
+        let mut queued = false;
         loop {
             passes += 1;
             let probe = !places.is_empty();
             let began = Instant::now();
             let refused = match self
-                .pass(&mut targets, probe, &mut attempts, Some(deadline))
+                .pass(
+                    &mut targets,
+                    probe,
+                    &mut attempts,
+                    Some(deadline),
+                    claim.as_ref(),
+                )
                 .await
             {
                 Ok((slot, grant)) => {
@@ -263,6 +376,15 @@ impl SemaphoreRequest {
                         // this holder's release.
                         places.swap_remove(slot as usize).acquired(expires_at);
                     }
+                    // Our claim taken back before the permit is ours to
+                    // release (a release that met the claim would keep its
+                    // slot for nobody), and the slots kept for us that we
+                    // did not take freed; then the next waiter's turn, so
+                    // that its first pass finds them free.
+                    if let Some(claim) = claim {
+                        claim.take_back().await;
+                    }
+                    drop(turn);
                     return self
                         .permit(&mut targets, slot, grant, schedule)
                         .ok_or_else(|| Error::InvalidPermits {
@@ -282,29 +404,119 @@ impl SemaphoreRequest {
                 failure.elapsed = started.elapsed();
                 return Err(Error::NotAcquired(Box::new(failure)));
             }
+            // The line orders waiters for held slots; a pass refused for
+            // want of nodes (down, or sitting out the restart guard's
+            // window) waits on its timers, as the slots' holders would.
+            if self.fair && self.wake_on_release && !queued && saw_holder(&failure) {
+                queued = true;
+                match self.take_turn(deadline).await {
+                    Ok(Some(guard)) => {
+                        turn = Some(guard);
+                        // Heard (and, with fencing, kept for us) from now
+                        // on, then a pass at once: slots released while
+                        // this waiter stood in line are free now.
+                        claim = self.claim(&mut targets);
+                        self.listen(&mut targets, &mut places, deadline, claim.as_ref())
+                            .await;
+                        continue;
+                    }
+                    Ok(None) => {
+                        failure.attempts = attempts;
+                        failure.elapsed = started.elapsed();
+                        return Err(Error::NotAcquired(Box::new(failure)));
+                    }
+                    // The line cannot be kept (nodes down, a setting it
+                    // cannot use): wait unordered, as `fair(false)` does.
+                    Err(()) => {}
+                }
+            }
             let fallback = later(now, self.retry.pause(passes, jitter));
             let wake_at = expiry.map_or(fallback, |e| e.min(fallback)).min(deadline);
             if !self.wake_on_release {
                 tokio::time::sleep_until(wake_at.into()).await;
                 continue;
             }
-            if places.is_empty() {
-                // From now on releases of the slots publish notices on
-                // every node (the waiting marker), heard by our
-                // subscriptions to the K slots' channels.
-                let life = deadline
-                    .saturating_duration_since(now)
-                    .saturating_add(self.ttl);
-                for slot in 0..self.permits() {
-                    self.target(&mut targets, slot);
-                }
-                let marked: Vec<_> = targets.slots.iter().flatten().collect();
-                mark_waiting(&self.shared, &marked, life).await;
-                for target in marked {
-                    places.push(self.shared.waits.join(&self.shared.nodes, &target.key));
-                }
+            self.listen(&mut targets, &mut places, deadline, None).await;
+            if let Some(slot) = wait_any(&places, wake_at, began).await {
+                // The next pass begins with the slot whose release was heard.
+                targets.start = u32::try_from(slot).unwrap_or(0);
             }
-            wait_any(&places, wake_at, began).await;
+        }
+    }
+
+    /// From the first wait on: marks every slot as waited for (so that
+    /// their releases publish notices on every node; with `claim`, the
+    /// marker is the claim, and they keep the freed key for it) and
+    /// subscribes to their channels. Once per request.
+    async fn listen(
+        &self,
+        targets: &mut Targets,
+        places: &mut Vec<Place>,
+        deadline: Instant,
+        claim: Option<&Claim>,
+    ) {
+        if !places.is_empty() {
+            return;
+        }
+        let life = deadline
+            .saturating_duration_since(Instant::now())
+            .saturating_add(self.ttl);
+        for slot in 0..self.permits() {
+            self.target(targets, slot);
+        }
+        let marked: Vec<_> = targets.slots.iter().flatten().collect();
+        match claim {
+            Some(claim) => claim_waiting(&self.shared, &marked, life, &claim.value).await,
+            None => mark_waiting(&self.shared, &marked, life).await,
+        }
+        for target in marked {
+            places.push(self.shared.waits.join(&self.shared.nodes, &target.key));
+        }
+    }
+
+    /// A claim on every slot for the waiter whose turn it is, with
+    /// fencing only (without it an attempt is a plain `SET NX`, which
+    /// cannot take a kept key as free).
+    fn claim(&self, targets: &mut Targets) -> Option<Claim> {
+        for slot in 0..self.permits() {
+            self.target(targets, slot);
+        }
+        let slots: Vec<Target> = targets.slots.iter().flatten().cloned().collect();
+        if slots.iter().any(|t| t.fence.is_none()) {
+            return None;
+        }
+        let claimant = format!("{}.{:016x}", self.shared.id_text, rand::random::<u64>());
+        let keep = u64::try_from(keep_for(&self.shared).as_millis()).unwrap_or(u64::MAX);
+        let kept = format!("r:{claimant}");
+        Some(Claim {
+            shared: Arc::clone(&self.shared),
+            value: format!("c:{keep}:{claimant}"),
+            hash: sha1_smol::Sha1::from(kept.as_str()).digest().to_string(),
+            kept,
+            slots,
+        })
+    }
+
+    /// Waits in the semaphore's line (the fair queue of the mutex
+    /// `{name}:queue`, held only by the waiter whose turn it is) until this
+    /// waiter's turn: `Ok(Some)` with the line's guard, `Ok(None)` when the
+    /// deadline came first, `Err` when the line cannot be used (nodes
+    /// unreachable, a setting refused): the caller then waits unordered.
+    async fn take_turn(&self, deadline: Instant) -> Result<Option<LockGuard>, ()> {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let line = LockRequest::new(
+            Arc::clone(&self.shared),
+            queue_resource(&self.name),
+            line_ttl(&self.shared, self.ttl),
+        )
+        .retry(Retry::new().with_max_wait(left))
+        .auto_extend(AutoExtend::new())
+        .fair(true)
+        .wake_on_release(true);
+        match line.acquire().await {
+            Ok(guard) => Ok(Some(guard)),
+            Err(error) if error.is_contended() => Ok(None),
+            Err(_) => Err(()),
         }
     }
 
@@ -317,7 +529,10 @@ impl SemaphoreRequest {
         let tried = async {
             let (mut targets, schedule) = self.checked()?;
             let mut attempts = 0;
-            match self.pass(&mut targets, false, &mut attempts, None).await {
+            match self
+                .pass(&mut targets, false, &mut attempts, None, None)
+                .await
+            {
                 Ok((slot, grant)) => Ok(self.permit(&mut targets, slot, grant, schedule)),
                 Err(Refused { mut failure, .. }) => {
                     failure.attempts = attempts;

@@ -23,6 +23,13 @@ pub(crate) fn slot_resource(name: &str, slot: u32) -> String {
     format!("{name}{SEPARATOR}{slot}")
 }
 
+/// The resource name of semaphore `name`'s waiting line: a mutex taken by
+/// the waiter whose turn it is to try the slots (`{name}:queue`, shorter
+/// than any slot's name, so [`check`] covers it).
+pub(crate) fn queue_resource(name: &str) -> String {
+    format!("{name}:queue")
+}
+
 /// Checks a semaphore's name and number of permits: K in 1..=MAX_PERMITS,
 /// and every slot's resource name a valid one (non-empty name, the longest
 /// slot name within [`MAX_RESOURCE_LEN`]).

@@ -653,12 +653,12 @@ mod tests {
             [
                 "MGET",
                 "DEL",
+                "SET",
                 "PUBSUB|NUMSUB",
                 "PUBLISH",
                 "LREM",
                 "LLEN",
                 "LPOP",
-                "SET",
                 "LINDEX",
                 "INCR",
                 "INCRBY"
@@ -690,7 +690,7 @@ mod tests {
         ));
         assert_eq!(EXTEND_ALL.commands(), ["GET", "PEXPIRE"]);
         assert_eq!(JOIN.commands(), ["RPUSH", "PEXPIRE", "PTTL", "SET"]);
-        assert_eq!(MARK.commands(), ["PTTL", "SET"]);
+        assert_eq!(MARK.commands(), ["GET", "PTTL", "SET", "DEL"]);
         assert_eq!(EXTEND.commands(), ["GET", "PEXPIRE"]);
         assert_eq!(WRITE_BACK.commands(), ["GET", "SET"]);
         assert_eq!(RESEED.commands(), ["GET", "SET"]);

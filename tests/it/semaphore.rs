@@ -2,8 +2,10 @@
 //! refused, a waiter woken by the release of any slot, tokens increasing
 //! per slot, a dead holder's permit freed by its TTL, a release that frees
 //! only its own slot, auto-extension and `lost()`, a node down, cut-off
-//! acquires, the K rule, the typed errors. Counts and order are asserted,
-//! never tight timings.
+//! acquires, the K rule, the typed errors, the waiters' line (arrival
+//! order across clients, no overtaking by a holder that asks again, on a
+//! plain node and on a Redis Cluster node). Counts and order are
+//! asserted, never tight timings.
 
 use std::collections::{BTreeSet, HashMap};
 use std::time::{Duration, Instant};
@@ -406,4 +408,225 @@ async fn bad_semaphores_are_typed_errors() {
     );
     // Nothing was sent for any of them.
     assert_eq!(cluster.count_keys(LOCK_KEYS), vec![0]);
+}
+
+/// 12 waiters of 4 clients join a semaphore of 2 permits, both held, one
+/// after another (each once the previous stands in the semaphore's line):
+/// with the line (`fair`, the default) they get permits exactly in that
+/// order. The control: without it (every waiting client retries on every
+/// release), the same arrivals are served out of order in at least one of
+/// three runs, so the order check can fail.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_of_several_clients_get_permits_in_arrival_order() {
+    let cluster = Cluster::start(3);
+    let (fair, fair_attempts) = permit_order(&cluster, "order-fair", true).await;
+    assert_eq!(fair, (0..12).collect::<Vec<_>>(), "grant order (fair)");
+    let mut unordered = Vec::new();
+    let mut unordered_attempts = 0;
+    for run in 0..3 {
+        (unordered, unordered_attempts) =
+            permit_order(&cluster, &format!("order-unordered-{run}"), false).await;
+        if unordered != (0..12).collect::<Vec<_>>() {
+            break;
+        }
+    }
+    println!(
+        "grant order: fair {fair:?} ({fair_attempts} attempts), \
+         fair(false) {unordered:?} ({unordered_attempts} attempts)"
+    );
+    assert_ne!(
+        unordered,
+        (0..12).collect::<Vec<_>>(),
+        "fair(false) kept arrival order in three runs: the control shows nothing"
+    );
+}
+
+/// The semaphore's line (`{name}:queue`): its holder and its queued
+/// waiters, summed over the nodes.
+fn in_line(cluster: &Cluster, name: &str) -> usize {
+    let line = format!("{name}:queue");
+    let holding = cluster
+        .nodes
+        .iter()
+        .any(|n| n.cli(&["EXISTS", &lock_key(&line)]).trim() == "1");
+    usize::from(holding) + crate::fair::queued(cluster, &line)
+}
+
+/// Joins waiters 0..12 (round robin over 4 clients) in order behind two
+/// held permits of a 2-permit semaphore, releases both, and returns the
+/// order of the waiters' grants and the clients' attempts meanwhile.
+async fn permit_order(cluster: &Cluster, name: &str, fair: bool) -> (Vec<usize>, u64) {
+    let clients: Vec<redfence::Client> =
+        (0..4).map(|_| crate::fair::client(cluster, fair)).collect();
+    for c in &clients {
+        warm_up(c, cluster).await;
+    }
+    let sem = clients[0].semaphore(name, 2).unwrap();
+    let held = [
+        sem.try_acquire(TTL).await.unwrap().expect("a free permit"),
+        sem.try_acquire(TTL).await.unwrap().expect("a free permit"),
+    ];
+    let attempts = || clients.iter().map(|c| c.stats().attempts).sum::<u64>();
+    let start = attempts();
+    let order = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut tasks = Vec::new();
+    for w in 0..12 {
+        let sem = clients[w % 4].semaphore(name, 2).unwrap();
+        let order = order.clone();
+        let before = attempts();
+        tasks.push(tokio::spawn(async move {
+            let permit = sem
+                .permit(TTL)
+                .retry(notice_only())
+                .acquire()
+                .await
+                .expect("every waiter gets a permit");
+            order.lock().unwrap().push(w);
+            tokio::time::sleep(ms(5)).await;
+            permit.release().await;
+        }));
+        // The next waiter arrives once this one waits: in the line, or
+        // (fair(false)) past its first pass.
+        let joined = eventually(secs(10), || {
+            if fair {
+                in_line(cluster, name) > w
+            } else {
+                attempts() > before
+                    || clients.iter().map(|c| c.stats().waiting).sum::<u64>() > w as u64
+            }
+        })
+        .await;
+        assert!(joined, "waiter {w} never joined");
+        tokio::time::sleep(ms(20)).await;
+    }
+    for permit in held {
+        permit.release().await;
+    }
+    for t in tasks {
+        timeout(secs(60), t).await.expect("a waiter hung").unwrap();
+    }
+    let order = order.lock().unwrap().clone();
+    (order, attempts() - start)
+}
+
+/// A holder that releases and at once asks again does not take the slot
+/// from the waiter whose turn it is: with the line (fencing on), the
+/// waiter's claim makes the release keep the freed key for it, so the
+/// holder's `try_acquire` finds it held and the waiter gets it. The
+/// control: a waiter outside the line (`fair(false)`) makes no claim, and
+/// the holder takes the slot back first in at least one round of four
+/// runs (without the claim, the line's waiter is overtaken in the same
+/// way: 2 of 3 rounds when tried).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_holder_asking_again_does_not_overtake_the_waiter_whose_turn_it_is() {
+    let cluster = Cluster::start(3);
+    let fair = overtakes(&cluster, "again-fair", true).await;
+    // A race without the line (the waiter's retry against the holder's
+    // next call): up to 4 runs of 3 rounds until it shows.
+    let mut unordered = 0;
+    for run in 0..4 {
+        unordered = overtakes(&cluster, &format!("again-unordered-{run}"), false).await;
+        if unordered > 0 {
+            break;
+        }
+    }
+    println!(
+        "the holder took the slot back first: {fair} of 3 rounds with the line, \
+         {unordered} of 3 without"
+    );
+    assert_eq!(fair, 0, "overtaken with the line");
+    assert!(
+        unordered > 0,
+        "without the line the holder never took it back: the control shows nothing"
+    );
+}
+
+/// Three rounds on a semaphore of 1 permit: the holder (one client) and a
+/// waiter (another, `fair` or not) that waits until it is in line (or past
+/// its first pass); the holder releases and at once tries again. Returns
+/// the rounds in which the holder got the slot back.
+async fn overtakes(cluster: &Cluster, name: &str, fair: bool) -> usize {
+    let holder = crate::fair::client(cluster, true);
+    let waiter = crate::fair::client(cluster, fair);
+    warm_up(&holder, cluster).await;
+    warm_up(&waiter, cluster).await;
+    let ours = holder.semaphore(name, 1).unwrap();
+    let theirs = waiter.semaphore(name, 1).unwrap();
+    let mut permit = ours.try_acquire(TTL).await.unwrap().expect("a free permit");
+    let mut taken_back = 0;
+    for round in 0..3 {
+        let before = waiter.stats().attempts;
+        let waiting = tokio::spawn({
+            let theirs = theirs.clone();
+            async move { theirs.permit(TTL).retry(notice_only()).acquire().await }
+        });
+        let ready = eventually(secs(10), || {
+            if fair {
+                in_line(cluster, name) > 0
+            } else {
+                waiter.stats().attempts > before && waiter.stats().waiting > 0
+            }
+        })
+        .await;
+        assert!(ready, "round {round}: the waiter never waited");
+        // Its claim (or marks) and subscriptions in place.
+        tokio::time::sleep(ms(300)).await;
+        permit.release().await;
+        if let Some(again) = ours.try_acquire(TTL).await.unwrap() {
+            taken_back += 1;
+            // Let the waiter have it next, then take it back for the next
+            // round.
+            again.release().await;
+        }
+        let got = timeout(secs(30), waiting)
+            .await
+            .expect("the waiter hung")
+            .unwrap()
+            .expect("the waiter's permit");
+        got.release().await;
+        permit = ours
+            .permit(TTL)
+            .retry(notice_only())
+            .acquire()
+            .await
+            .expect("the permit back");
+    }
+    permit.release().await;
+    taken_back
+}
+
+/// On a Redis Cluster node (the sharded release, the line's mutex and the
+/// claims on the slots' own shards): the waiter whose turn it is gets the
+/// permit its holder releases, and the holder asking again at once finds
+/// it kept for the waiter.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_cluster_node_the_waiter_whose_turn_it_is_gets_the_released_permit() {
+    let cluster = crate::support::cluster::RedisCluster::start_small(3);
+    let client = || {
+        crate::helpers::builder([redfence::NodeSpec::cluster(cluster.seed_urls())])
+            .node_timeout(secs(1))
+            .build()
+            .unwrap()
+    };
+    let (holder, waiter) = (client(), client());
+    let ours = holder.semaphore("cluster-backup", 1).unwrap();
+    let theirs = waiter.semaphore("cluster-backup", 1).unwrap();
+    let permit = timeout(secs(30), ours.acquire(TTL)).await.unwrap().unwrap();
+    let waiting =
+        tokio::spawn(async move { theirs.permit(TTL).retry(notice_only()).acquire().await });
+    // In line, its claim made and the slot's channel subscribed.
+    assert!(eventually(secs(20), || waiter.stats().waiting > 0).await);
+    tokio::time::sleep(ms(300)).await;
+    permit.release().await;
+    assert!(
+        ours.try_acquire(TTL).await.unwrap().is_none(),
+        "the holder took back the permit kept for the waiter"
+    );
+    let got = timeout(secs(30), waiting)
+        .await
+        .expect("the waiter hung")
+        .unwrap()
+        .expect("the waiter's permit");
+    assert!(got.token().is_some());
+    got.release().await;
 }

@@ -11,6 +11,16 @@ else
 end
 if mine then
   redis.call('DEL', KEYS[1])
+  if waited and string.sub(waited, 1, 2) == 'c:' then
+    -- A semaphore's waiter whose turn it is claimed the resource
+    -- ('c:{ms}:{claimant}', the marker): the freed key is kept for it for
+    -- that long ('r:{claimant}', which its attempt takes as free by its
+    -- SHA1), so that a newcomer does not take the slot first.
+    local at = string.find(waited, ':', 3, true)
+    if at then
+      redis.call('SET', KEYS[1], 'r:' .. string.sub(waited, at + 1), 'NX', 'PX', string.sub(waited, 3, at - 1))
+    end
+  end
 end
 if not KEYS[3] then
   if not mine then
