@@ -376,21 +376,22 @@ impl SemaphoreRequest {
                         // this holder's release.
                         places.swap_remove(slot as usize).acquired(expires_at);
                     }
-                    // Our claim taken back before the permit is ours to
-                    // release (a release that met the claim would keep its
-                    // slot for nobody), and the slots kept for us that we
-                    // did not take freed; then the next waiter's turn, so
-                    // that its first pass finds them free.
+                    // The guard first: cut off from here on, its drop
+                    // releases the permit.
+                    let permit = self.permit(&mut targets, slot, grant, schedule);
+                    // Our claim taken back before the permit is the
+                    // caller's to release (a release that met the claim
+                    // would keep its slot for nobody), and the slots kept
+                    // for us that we did not take freed; then the next
+                    // waiter's turn, so that its first pass finds them free.
                     if let Some(claim) = claim {
                         claim.take_back().await;
                     }
                     drop(turn);
-                    return self
-                        .permit(&mut targets, slot, grant, schedule)
-                        .ok_or_else(|| Error::InvalidPermits {
-                            permits: 0,
-                            reason: "slot out of range",
-                        });
+                    return permit.ok_or_else(|| Error::InvalidPermits {
+                        permits: 0,
+                        reason: "slot out of range",
+                    });
                 }
                 Err(refused) => refused,
             };

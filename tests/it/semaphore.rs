@@ -630,3 +630,60 @@ async fn on_a_cluster_node_the_waiter_whose_turn_it_is_gets_the_released_permit(
     assert!(got.token().is_some());
     got.release().await;
 }
+
+/// Waiting acquires cut off at any point of their wait (in the line, while
+/// claiming, waiting for a release, taking their claim back after the
+/// grant): none leaves a permit, a line or a kept slot behind once the
+/// background releases ran, and both permits are free again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cut_off_waiters_leave_nothing_held() {
+    let cluster = Cluster::start(3);
+    let holder = client_with_timeout(cluster.urls(), ms(300));
+    let waiter = client_with_timeout(cluster.urls(), ms(300));
+    warm_up(&holder, &cluster).await;
+    warm_up(&waiter, &cluster).await;
+    let ours = holder.semaphore("cut-wait", 1).unwrap();
+    let theirs = waiter.semaphore("cut-wait", 1).unwrap();
+    let (mut cut_off, mut acquired) = (0, 0);
+    for round in 0..100 {
+        let permit = timeout(secs(20), ours.acquire(TTL))
+            .await
+            .expect("the holder hung")
+            .expect("the holder's permit");
+        // The release comes after `delay`; half the waiters are cut off
+        // anywhere, half within a few ms after it (the grant, the claim
+        // taken back).
+        let delay = Duration::from_micros(rand::random_range(0..30_000));
+        let budget = if round % 2 == 0 {
+            Duration::from_micros(rand::random_range(0..40_000))
+        } else {
+            delay + Duration::from_micros(rand::random_range(0..5_000))
+        };
+        let waiting = tokio::spawn({
+            let theirs = theirs.clone();
+            async move { timeout(budget, theirs.permit(TTL).retry(notice_only()).acquire()).await }
+        });
+        tokio::time::sleep(delay).await;
+        permit.release().await;
+        match waiting.await.unwrap() {
+            Err(_) => cut_off += 1,
+            Ok(Ok(permit)) => {
+                acquired += 1;
+                permit.release().await;
+            }
+            Ok(Err(e)) => panic!("{e}"),
+        }
+    }
+    assert!(
+        cut_off > 0 && acquired > 0,
+        "{cut_off} cut off, {acquired} acquired"
+    );
+    let clean = eventually(secs(10), || cluster.count_keys(LOCK_KEYS) == vec![0; 3]).await;
+    assert!(clean, "keys left: {:?}", cluster.count_keys(LOCK_KEYS));
+    let a = ours
+        .try_acquire(TTL)
+        .await
+        .unwrap()
+        .expect("the permit, free again");
+    a.release().await;
+}
