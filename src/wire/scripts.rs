@@ -690,7 +690,7 @@ mod tests {
         ));
         assert_eq!(EXTEND_ALL.commands(), ["GET", "PEXPIRE"]);
         assert_eq!(JOIN.commands(), ["RPUSH", "PEXPIRE", "PTTL", "SET"]);
-        assert_eq!(MARK.commands(), ["GET", "PTTL", "SET", "DEL"]);
+        assert_eq!(MARK.commands(), ["GET", "PTTL", "SET", "DEL", "PEXPIRE"]);
         assert_eq!(EXTEND.commands(), ["GET", "PEXPIRE"]);
         assert_eq!(WRITE_BACK.commands(), ["GET", "SET"]);
         assert_eq!(RESEED.commands(), ["GET", "SET"]);
