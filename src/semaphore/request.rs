@@ -53,13 +53,23 @@ pub struct SemaphoreRequest {
 /// permit's own TTL: the restart guard's window is the longest TTL a
 /// client requests, and the line must not widen it.
 fn line_ttl(shared: &Shared, ttl: Duration) -> Duration {
+    node_timeouts(
+        shared,
+        20,
+        Duration::from_secs(2),
+        Duration::from_secs(3600),
+    )
+    .min(ttl)
+}
+
+/// `n` node timeouts, within `[least, most]`.
+fn node_timeouts(shared: &Shared, n: u32, least: Duration, most: Duration) -> Duration {
     shared
         .config
         .node_timeout
-        .checked_mul(20)
+        .checked_mul(n)
         .unwrap_or(Duration::MAX)
-        .clamp(Duration::from_secs(2), Duration::from_secs(3600))
-        .min(ttl)
+        .clamp(least, most)
 }
 
 /// Whether a refused attempt saw the slot held somewhere: with a node down
@@ -76,12 +86,12 @@ fn saw_holder(failure: &QuorumFailure) -> bool {
 /// whose turn it is: four node timeouts (its notice, its pass), at least
 /// 100 ms. A claimant that died costs each release that long.
 fn keep_for(shared: &Shared) -> Duration {
-    shared
-        .config
-        .node_timeout
-        .checked_mul(4)
-        .unwrap_or(Duration::MAX)
-        .clamp(Duration::from_millis(100), Duration::from_secs(10))
+    node_timeouts(
+        shared,
+        4,
+        Duration::from_millis(100),
+        Duration::from_secs(10),
+    )
 }
 
 /// The claim of the waiter whose turn it is (`c:{ms}:{claimant}` in the
