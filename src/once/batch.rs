@@ -181,29 +181,49 @@ mod tests {
     #[tokio::test]
     async fn a_caller_only_takes_a_read_that_began_after_it_arrived() {
         let reads = Arc::new(AtomicUsize::new(0));
-        let read = |reads: Arc<AtomicUsize>| {
-            move || {
-                let reads = Arc::clone(&reads);
-                async move {
-                    let n = reads.fetch_add(1, Ordering::SeqCst) + 1;
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    n
-                }
-            }
-        };
-        // The first reads at once; the next 9 arrive during its read and
-        // share the second read, never the first.
+        // The first read stays on the wire until the 9 later callers have
+        // joined (no timing assumed: a loaded CI machine delays tasks).
+        let (gate, joined) = (
+            Arc::new(tokio::sync::Notify::new()),
+            Arc::new(AtomicUsize::new(0)),
+        );
         let first = tokio::spawn({
-            let read = read(Arc::clone(&reads));
-            async move { TEST.read("k", read).await }
+            let (reads, gate) = (Arc::clone(&reads), Arc::clone(&gate));
+            async move {
+                let read = move || {
+                    let (reads, gate) = (Arc::clone(&reads), Arc::clone(&gate));
+                    async move {
+                        let n = reads.fetch_add(1, Ordering::SeqCst) + 1;
+                        gate.notified().await;
+                        n
+                    }
+                };
+                TEST.read("k", read).await
+            }
         });
-        tokio::time::sleep(Duration::from_millis(10)).await;
+        while reads.load(Ordering::SeqCst) == 0 {
+            tokio::task::yield_now().await;
+        }
         let later: Vec<_> = (0..9)
             .map(|_| {
-                let read = read(Arc::clone(&reads));
-                tokio::spawn(async move { TEST.read("k", read).await })
+                let (reads, joined) = (Arc::clone(&reads), Arc::clone(&joined));
+                tokio::spawn(async move {
+                    let read = move || {
+                        let reads = Arc::clone(&reads);
+                        async move { reads.fetch_add(1, Ordering::SeqCst) + 1 }
+                    };
+                    // Counted in the same poll as the call's join below.
+                    joined.fetch_add(1, Ordering::SeqCst);
+                    TEST.read("k", read).await
+                })
             })
             .collect();
+        while joined.load(Ordering::SeqCst) < 9 {
+            tokio::task::yield_now().await;
+        }
+        // One more turn of the runtime for the last joiner's first poll.
+        tokio::task::yield_now().await;
+        gate.notify_one();
         assert_eq!(first.await.unwrap(), 1);
         for task in later {
             assert_eq!(task.await.unwrap(), 2, "a read that began after the call");
