@@ -45,7 +45,10 @@ const QUICK_FIRST: Duration = Duration::from_millis(1);
 /// failed there. Then it waits as any refused waiter does, for a release,
 /// a timer or a look. Measured in `benches/hot.rs` at 8 × 4: 7 such
 /// refusals in 4,220 grants, each of which waited 50-100 ms for a timer
-/// before (436 ms of the 3 s window).
+/// before (436 ms of the 3 s window). The same refusals come from a holder
+/// that never had the home's vote (granted by the others): then a release
+/// does name the waiter, later, and a naming heard during a pause ends it
+/// and starts a new turn ([`Waiter::quick_pause`]).
 struct QuickRetries {
     next: Duration,
     spent: Duration,
@@ -373,7 +376,10 @@ async fn fair_wait(
                 if waiter.named && home_granted(&failure, target.home.index) {
                     if let Some(pause) = quick.pause() {
                         if now + pause < waiter.deadline {
-                            tokio::time::sleep(pause).await;
+                            if waiter.quick_pause(&place, now + pause).await {
+                                // A new turn: its own quick retries.
+                                quick = QuickRetries::new(quick_budget);
+                            }
                             last = Some(failure);
                             next = Next::Attempt;
                             continue;
@@ -633,6 +639,32 @@ impl Waiter<'_> {
             expiry.map_or(fallback, |e| e.min(fallback))
         };
         Next::Wait(at.min(self.deadline))
+    }
+
+    /// A quick retry's pause, cut short by a release that names this
+    /// ticket (returns `true`, with its pre-grant taken for the next
+    /// attempt). The home's free key does not always mean a release landed
+    /// there first: a holder granted by a majority without the home (its
+    /// request there lost the race with this waiter's own attempt) holds
+    /// the lock for its whole critical section, and its release names this
+    /// ticket in the middle of a pause. A plain sleep heard that naming
+    /// only at the pause's end, up to half the budget later (a node
+    /// timeout: 32 ms of the default 100 ms); `benches/once.rs` measured
+    /// the non-computing instance ~20 ms behind in such rounds.
+    async fn quick_pause(&mut self, place: &Place, until: Instant) -> bool {
+        loop {
+            if let Some(pregrant) = place.take_named() {
+                self.stale = None;
+                self.attempt_on_timer = false;
+                self.named = true;
+                self.pregrant = pregrant;
+                return true;
+            }
+            if Instant::now() >= until {
+                return false;
+            }
+            place.wait(until).await;
+        }
     }
 
     /// Waits until a release names this ticket (attempt), or, as the

@@ -827,6 +827,81 @@ async fn late_release(down: bool) {
     assert!(raced > 0, "no round raced the release: nothing was shown");
 }
 
+/// A holder granted by a majority without the resource's home (its
+/// request there lost the race with the waiter's own attempt: the two
+/// instances of `benches/once.rs` at an expiry) holds the lock for its
+/// whole critical section, while the waiter, whose join found the home
+/// free, takes its quick retries. The holder's release names the waiter
+/// in the middle of a pause: the waiter attempts then, with the home's
+/// vote that the release pre-granted to its ticket, and holds the lock on
+/// every node. Before, it slept the pause out (here 1 s; in the bench the
+/// non-computing instance ~20 ms behind), and its attempt took a fresh
+/// value, which the home refused (it held the pre-grant): a lock on 2
+/// nodes of 3 (the negative control, run with the plain sleep: `["0",
+/// "1", "1"]`, granted 1.02 s after the release).
+/// The waiter's node timeout of 5 s stretches its quick retries to pauses
+/// of 1 ms up to 2 s; it is released once the waiter has made 12 attempts
+/// (its first, the named one after its join, and 10 quick retries), in
+/// the 1 s pause before the next. A round in which the waiter never
+/// reached that pause proves nothing and is run again (up to 5).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_in_its_quick_retries_hears_the_release_that_names_it() {
+    let cluster = Cluster::start(3);
+    let holder_client = client(&cluster, true);
+    let waiter_client = crate::helpers::builder(cluster.urls())
+        .node_timeout(secs(5))
+        .fair(true)
+        .build()
+        .unwrap();
+    warm_up(&holder_client, &cluster).await;
+    warm_up(&waiter_client, &cluster).await;
+    for round in 0..5 {
+        let resource = homed_at(&format!("quick-named-{round}"), 0, 3);
+        let holder = holder_client.acquire(&resource, secs(30)).await.unwrap();
+        // The holder's key gone from the home: it holds nodes 1 and 2.
+        let key = crate::helpers::lock_key(&resource);
+        assert_eq!(cluster.nodes[0].cli(&["DEL", &key]).trim(), "1");
+        let before = waiter_client.stats().attempts;
+        let waiter = spawn_notice_waiter(waiter_client.clone(), resource.clone());
+        let made = || waiter_client.stats().attempts - before;
+        let in_pause = eventually(secs(5), || made() >= 12).await && made() < 14;
+        if !in_pause {
+            // No quick retries (on a loaded machine the cleanup of the
+            // waiter's first attempt can land on the home after its join,
+            // which then finds the lock held there), or past them: this
+            // round proves nothing.
+            println!(
+                "round {round}: {} attempts, not in a quick retry's pause",
+                made()
+            );
+            let (got, _) = release_and_wait(holder, waiter, secs(30)).await;
+            got.expect("the waiter gets the lock").release().await;
+            continue;
+        }
+        assert_eq!(queued(&cluster, &resource), 1, "the waiter queued");
+        let at_release = made();
+        let (got, after) = release_and_wait(holder, waiter, secs(30)).await;
+        let guard = got.expect("the waiter gets the lock");
+        let attempts = made() - at_release;
+        println!(
+            "round {round}: after {at_release} attempts the release named the waiter: granted {after:?} after it, in {attempts} attempt(s)"
+        );
+        // Usually 1; 2 when the naming outran the release's deletes on
+        // nodes 1 and 2 (a loaded machine): the pre-granted attempt was
+        // refused there, its value released everywhere, and a quick retry
+        // took all three. Either way the home's vote is the waiter's.
+        let held: Vec<String> = cluster
+            .nodes
+            .iter()
+            .map(|n| n.cli(&["EXISTS", &key]).trim().to_owned())
+            .collect();
+        assert_eq!(held, ["1", "1", "1"], "the waiter's lock on every node");
+        guard.release().await;
+        return;
+    }
+    panic!("no round reached the quick retries: nothing was shown");
+}
+
 /// A client's first waiter 33 places back looks at the queue once every 8
 /// retry pauses, not at every pause: a hot lock's queue holds each
 /// client's waiters in runs, and a waiter far back cannot find a dead

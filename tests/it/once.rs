@@ -852,13 +852,22 @@ fn two_processes(cluster: &Cluster, mode: &str) -> Vec<Vec<(usize, String, u64)>
                 if line == "DONE" {
                     break;
                 }
-                let mut words = line.split(' ');
-                if words.next() != Some("R") {
+                let Some(rest) = line.strip_prefix("R ") else {
                     continue;
-                }
-                let computed: usize = words.next().unwrap().parse().unwrap();
-                let outcome = words.next().unwrap().to_owned();
-                let took: u64 = words.next().unwrap().parse().unwrap();
+                };
+                // `R computed outcome ms`; an `other:` outcome carries an
+                // error's message, spaces and all.
+                let parsed = rest.split_once(' ').and_then(|(computed, rest)| {
+                    let (outcome, took) = rest.rsplit_once(' ')?;
+                    Some((
+                        computed.parse().ok()?,
+                        outcome.to_owned(),
+                        took.parse().ok()?,
+                    ))
+                });
+                let Some((computed, outcome, took)) = parsed else {
+                    panic!("a child's line: {line}");
+                };
                 requests.push((computed, outcome, took));
             }
         }
