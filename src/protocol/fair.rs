@@ -653,11 +653,7 @@ impl Waiter<'_> {
     /// the non-computing instance ~20 ms behind in such rounds.
     async fn quick_pause(&mut self, place: &Place, until: Instant) -> bool {
         loop {
-            if let Some(pregrant) = place.take_named() {
-                self.stale = None;
-                self.attempt_on_timer = false;
-                self.named = true;
-                self.pregrant = pregrant;
+            if self.take_naming(place) {
                 return true;
             }
             if Instant::now() >= until {
@@ -667,6 +663,19 @@ impl Waiter<'_> {
         }
     }
 
+    /// Takes a naming this ticket's place heard, with its pre-grant, for
+    /// the next attempt; `false` when none came.
+    fn take_naming(&mut self, place: &Place) -> bool {
+        let Some(pregrant) = place.take_named() else {
+            return false;
+        };
+        self.stale = None;
+        self.attempt_on_timer = false;
+        self.named = true;
+        self.pregrant = pregrant;
+        true
+    }
+
     /// Waits until a release names this ticket (attempt), or, as the
     /// client's first waiter, until `at` (look at the queue), or until the
     /// deadline (returns `Wait`).
@@ -674,13 +683,9 @@ impl Waiter<'_> {
         let mut first = place.is_first();
         self.named = false;
         loop {
-            if let Some(pregrant) = place.take_named() {
+            if self.take_naming(place) {
                 // Still queued: the ticket stays at the head until this
                 // waiter's release, or a look skips it.
-                self.stale = None;
-                self.attempt_on_timer = false;
-                self.named = true;
-                self.pregrant = pregrant;
                 return Next::Attempt;
             }
             if place.take_prodded() {
