@@ -458,7 +458,9 @@ impl SemaphoreRequest {
     /// From the first wait on: marks every slot as waited for (so that
     /// their releases publish notices on every node; with `claim`, the
     /// marker is the claim, and they keep the freed key for it) and
-    /// subscribes to their channels. Once per request.
+    /// subscribes to their channels. Once per request, and once more with
+    /// the claim when a waiter that first waited unordered (its nodes
+    /// were down then) gets its turn.
     async fn listen(
         &self,
         targets: &mut Targets,
@@ -466,7 +468,7 @@ impl SemaphoreRequest {
         deadline: Instant,
         claim: Option<&Claim>,
     ) {
-        if !places.is_empty() {
+        if !places.is_empty() && claim.is_none() {
             return;
         }
         let life = deadline
@@ -480,8 +482,10 @@ impl SemaphoreRequest {
             Some(claim) => claim_waiting(&self.shared, &marked, life, &claim.value).await,
             None => mark_waiting(&self.shared, &marked, life).await,
         }
-        for target in marked {
-            places.push(self.shared.waits.join(&self.shared.nodes, &target.key));
+        if places.is_empty() {
+            for target in marked {
+                places.push(self.shared.waits.join(&self.shared.nodes, &target.key));
+            }
         }
     }
 
