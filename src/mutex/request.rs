@@ -159,8 +159,7 @@ impl LockRequest {
                             retry: self.retry.with_max_wait(rest),
                             ..self.clone()
                         };
-                        classic
-                            .wait_notified(&target)
+                        Box::pin(classic.wait_notified(&target))
                             .await
                             .map(|(grant, more)| (grant, attempts + more))
                             .map_err(|mut failure| {
@@ -170,9 +169,9 @@ impl LockRequest {
                     }
                 }
             } else if self.wake_on_release {
-                self.wait_notified(&target).await
+                Box::pin(self.wait_notified(&target)).await
             } else {
-                self.wait_polling(&target).await
+                Box::pin(self.wait_polling(&target)).await
             };
             let (grant, attempts) =
                 waited.map_err(|failure| Error::NotAcquired(Box::new(failure)))?;

@@ -123,13 +123,17 @@ impl Node {
                 s.run_script_prepared(script, evalsha, settled, through_stall, vote)
                     .await
             }
+            // Boxed: a cluster's routing future is twice a server's, and
+            // every per-node future of a round would otherwise carry it
+            // (moved, copied, for every request; BENCHMARKS.md "Out of
+            // process").
             Kind::Cluster(c) => {
-                c.run(
+                Box::pin(c.run(
                     Routed::Script(script, evalsha),
                     settled,
                     through_stall,
                     vote,
-                )
+                ))
                 .await
             }
         }
@@ -147,8 +151,7 @@ impl Node {
         match &self.kind {
             Kind::Server(s) => s.run_script_vouched(script, vouched, plain, vouch).await,
             Kind::Cluster(c) => {
-                c.run(Routed::Script(script, plain), &Settled::NEVER, true, None)
-                    .await
+                Box::pin(c.run(Routed::Script(script, plain), &Settled::NEVER, true, None)).await
             }
         }
     }
@@ -173,8 +176,8 @@ impl Node {
         match &self.kind {
             Kind::Server(s) => s.run_command(cmd, settled, false, vote).await,
             Kind::Cluster(c) => match mget_keys(cmd) {
-                Some(keys) => c.mget(&keys, settled, vote).await,
-                None => c.run(Routed::Cmd(cmd), settled, false, vote).await,
+                Some(keys) => Box::pin(c.mget(&keys, settled, vote)).await,
+                None => Box::pin(c.run(Routed::Cmd(cmd), settled, false, vote)).await,
             },
         }
     }
@@ -188,7 +191,7 @@ impl Node {
     ) -> Result<Value, NodeErrorKind> {
         match &self.kind {
             Kind::Server(s) => s.run_pipeline(pipe, settled, false, vote).await,
-            Kind::Cluster(c) => c.run(Routed::Pipe(pipe), settled, false, vote).await,
+            Kind::Cluster(c) => Box::pin(c.run(Routed::Pipe(pipe), settled, false, vote)).await,
         }
     }
 

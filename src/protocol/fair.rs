@@ -278,7 +278,7 @@ async fn fair_wait(
     // release named a waiter): join the queue instead of sending an
     // attempt that would fail on every node.
     let mut next = if busy {
-        match waiter.join(&place, &mut leave).await {
+        match Box::pin(waiter.join(&place, &mut leave)).await {
             Some(look) => {
                 waiter.queued = true;
                 let next = waiter.after_look(&look, &place);
@@ -306,7 +306,7 @@ async fn fair_wait(
     loop {
         if let Next::Wait(at) = next {
             quick = QuickRetries::new(quick_budget);
-            next = waiter.wait(&place, at).await;
+            next = Box::pin(waiter.wait(&place, at)).await;
             if matches!(next, Next::Wait(_)) && last.is_some() {
                 // The deadline passed while waiting.
                 leave.ticket = None;
@@ -321,7 +321,7 @@ async fn fair_wait(
                 .deadline
                 .saturating_duration_since(Instant::now())
                 .saturating_add(target.ttl.duration());
-            queue::mark_waiting(shared, &[target], life).await;
+            Box::pin(queue::mark_waiting(shared, &[target], life)).await;
             return Err(HomeLost {
                 attempts: waiter.attempts,
                 deadline: waiter.deadline,
@@ -376,7 +376,7 @@ async fn fair_wait(
                 if waiter.named && home_granted(&failure, target.home.index) {
                     if let Some(pause) = quick.pause() {
                         if now + pause < waiter.deadline {
-                            if waiter.quick_pause(&place, now + pause).await {
+                            if Box::pin(waiter.quick_pause(&place, now + pause)).await {
                                 // A new turn: its own quick retries.
                                 quick = QuickRetries::new(quick_budget);
                             }
@@ -391,7 +391,7 @@ async fn fair_wait(
                 // keeps its turn.
                 let mut from_look = None;
                 if !waiter.queued {
-                    let Some(look) = waiter.join(&place, &mut leave).await else {
+                    let Some(look) = Box::pin(waiter.join(&place, &mut leave)).await else {
                         last = Some(failure);
                         next = Next::HomeLost;
                         continue;

@@ -57,7 +57,7 @@ pub(crate) const fn all_nodes(n: usize) -> NodeSet {
 
 /// The answers gathered so far, per node index.
 pub(crate) struct FanOut<T> {
-    nodes: Vec<Arc<Node>>,
+    nodes: Arc<[Arc<Node>]>,
     settled: Settled,
     pending: FuturesUnordered<NodeFuture<T>>,
     answers: Vec<Option<Result<T, NodeErrorKind>>>,
@@ -74,7 +74,7 @@ impl<T: Send + Default + 'static> FanOut<T> {
     /// [`Settled`] flag to pass to the node. Answers are awaited until
     /// `deadline` at most.
     pub(crate) fn start<F, Fut>(
-        nodes: &[Arc<Node>],
+        nodes: &Arc<[Arc<Node>]>,
         targets: NodeSet,
         deadline: Instant,
         op: F,
@@ -90,7 +90,7 @@ impl<T: Send + Default + 'static> FanOut<T> {
     /// `targets`) already count as `yes` without being asked: the token
     /// write-back, where nodes that reported the token already store it.
     pub(crate) fn start_credited<F, Fut>(
-        nodes: &[Arc<Node>],
+        nodes: &Arc<[Arc<Node>]>,
         targets: NodeSet,
         credited: NodeSet,
         deadline: Instant,
@@ -128,7 +128,7 @@ impl<T: Send + Default + 'static> FanOut<T> {
             pending.push(Box::pin(async move { (i, fut.await) }) as NodeFuture<T>);
         }
         Self {
-            nodes: nodes.to_vec(),
+            nodes: Arc::clone(nodes),
             settled,
             pending,
             answers,
@@ -246,7 +246,7 @@ impl<T: Send + Default + 'static> FanOut<T> {
     /// The node deadline passed: every unanswered node is a timeout.
     fn expire(&mut self) {
         let budget = self.deadline.saturating_duration_since(self.started);
-        for (slot, node) in self.answers.iter_mut().zip(&self.nodes) {
+        for (slot, node) in self.answers.iter_mut().zip(self.nodes.iter()) {
             if slot.is_none() {
                 node.note_timeout(self.started);
                 let timeout = NodeErrorKind::Timeout(budget);
@@ -303,7 +303,7 @@ impl<T: Send + Default + 'static> FanOut<T> {
     pub(crate) fn failures(&self) -> Vec<NodeFailure> {
         self.answers
             .iter()
-            .zip(&self.nodes)
+            .zip(self.nodes.iter())
             .filter_map(|(answer, node)| match answer {
                 Some(Err(kind)) => Some(NodeFailure {
                     index: node.index(),

@@ -23,7 +23,9 @@ use crate::waiting::notify::Waits;
 use crate::waiting::pregrant::Home;
 
 pub(crate) struct Shared {
-    pub(crate) nodes: Vec<Arc<Node>>,
+    /// Shared with every fan-out (one reference count, not a copy of the
+    /// list per round).
+    pub(crate) nodes: Arc<[Arc<Node>]>,
     pub(crate) config: Config,
     /// This client's tag, 64 random bits as 16 hex digits (`resource::
     /// client_tag`): every lock value starts with it (`{tag}:{secret}`,
@@ -143,7 +145,7 @@ impl Shared {
             Vec::new()
         };
         Arc::new(Self {
-            nodes,
+            nodes: nodes.into(),
             config,
             id_text,
             fence_keys,

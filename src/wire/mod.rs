@@ -4,5 +4,7 @@
 
 pub(crate) mod commands;
 pub(crate) mod info;
+pub(crate) mod pipelined;
 pub(crate) mod probe;
+pub(crate) mod resp;
 pub(crate) mod scripts;

@@ -7,12 +7,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::future::{BoxFuture, FutureExt, Shared};
-use redis::aio::MultiplexedConnection;
-use redis::{AsyncConnectionConfig, ConnectionAddr, Value};
+use redis::{ConnectionAddr, Value};
 
+use super::classify::classify;
 use super::identity::Identity;
-use super::send::classify;
-use super::state::{ConnectResult, Connected, Inner, Server, State, PIPELINE_BUFFER};
+use super::link::{self, Link};
+use super::state::{ConnectResult, Connected, Inner, Server, State};
 use crate::error::failure::NodeErrorKind;
 use crate::node::sentinel::Sentinel;
 use crate::wire::scripts::{lock_scripts, sharded_scripts};
@@ -110,7 +110,7 @@ impl Server {
     pub(super) fn finish_connect(
         &self,
         generation: u64,
-        result: Result<(MultiplexedConnection, Identity), NodeErrorKind>,
+        result: Result<(Link, Identity), NodeErrorKind>,
     ) -> ConnectResult {
         // A connect overtaken by a newer one tells the restart guard
         // nothing: its server may not be the one the address reaches now.
@@ -178,12 +178,7 @@ impl Server {
     /// That verdict is kept with the server (`restart::Lineage`), so a
     /// later connection to it, which reads its real uptime, changes
     /// nothing.
-    pub(super) fn connected(
-        &self,
-        conn: MultiplexedConnection,
-        generation: u64,
-        identity: Identity,
-    ) -> Connected {
+    pub(super) fn connected(&self, conn: Link, generation: u64, identity: Identity) -> Connected {
         let mut lineage = self.lineage();
         let previous = lineage.run_id().map(str::to_owned);
         if lineage.observe(&identity.run_id, identity.uptime, Instant::now()) {
@@ -211,7 +206,7 @@ pub(super) async fn reach(
     sentinel: Option<&Sentinel>,
     timeout: Duration,
     shard: bool,
-) -> Result<(MultiplexedConnection, Identity), NodeErrorKind> {
+) -> Result<(Link, Identity), NodeErrorKind> {
     let Some(sentinel) = sentinel else {
         return handshake(client, timeout, shard).await;
     };
@@ -236,26 +231,8 @@ pub(super) async fn handshake(
     client: &redis::Client,
     timeout: Duration,
     shard: bool,
-) -> Result<(MultiplexedConnection, Identity), NodeErrorKind> {
-    // Our own deadline bounds every call, so the driver's response timeout is
-    // off: it would only race ours.
-    //
-    // The pipeline buffer is the queue between callers and the connection's
-    // writer task. Its default (50) makes callers wait for a slot when many
-    // tasks share the connection, and a command whose deadline fires while
-    // waiting is never sent: a release lost that way leaves its key for the
-    // whole TTL. 1024 slots keep enqueueing immediate under any load this
-    // client can generate.
-    let config = AsyncConnectionConfig::new()
-        .set_connection_timeout(Some(timeout))
-        .set_response_timeout(None)
-        .set_pipeline_buffer_size(PIPELINE_BUFFER);
-    let connect = async {
-        client
-            .get_multiplexed_async_connection_with_config(&config)
-            .await
-            .map_err(|e| classify(e, "HELLO/AUTH"))
-    };
+) -> Result<(Link, Identity), NodeErrorKind> {
+    let connect = link::open(client, timeout);
     let conn = match client.get_connection_info().addr() {
         ConnectionAddr::TcpTls { host, port, .. } => {
             // A plain-text server takes the TLS hello for the start of an

@@ -5,11 +5,11 @@
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
-use redis::aio::MultiplexedConnection;
 use redis::Value;
 
 use super::connect::reach;
 use super::identity::Identity;
+use super::link::Link;
 use super::state::{Inner, Server, State};
 
 impl Server {
@@ -83,11 +83,7 @@ impl Server {
         });
     }
 
-    pub(super) fn finish_replacement(
-        &self,
-        old_generation: u64,
-        fresh: Option<(MultiplexedConnection, Identity)>,
-    ) {
+    pub(super) fn finish_replacement(&self, old_generation: u64, fresh: Option<(Link, Identity)>) {
         let mut inner = self.lock_inner();
         inner.replacing = false;
         let current = matches!(&inner.state, State::Ready(c) if c.generation == old_generation);

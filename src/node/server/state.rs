@@ -8,9 +8,9 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use futures::future::{BoxFuture, Shared};
-use redis::aio::MultiplexedConnection;
 
 use super::identity::{Identity, Registry};
+use super::link::Link;
 use super::options::{NodeTimeouts, Reach, Vote};
 use crate::error::failure::NodeErrorKind;
 use crate::node::restart;
@@ -19,12 +19,9 @@ use crate::observe::metrics::NodeGauges;
 
 pub(super) type ConnectResult = Result<Connected, NodeErrorKind>;
 
-/// Commands that may wait to be written on one node's connection.
-pub(super) const PIPELINE_BUFFER: usize = 1024;
-
 #[derive(Clone)]
 pub(super) struct Connected {
-    pub(super) conn: MultiplexedConnection,
+    pub(super) conn: Link,
     /// Distinguishes this connection from its successors, so a failure seen
     /// on an old connection cannot tear down a newer one.
     pub(super) generation: u64,

@@ -2,7 +2,6 @@
 //! (behind one `Arc`): the queues per resource, the commands to the
 //! per-node tasks, and what a heard notice does to them.
 
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -11,6 +10,12 @@ use tokio::sync::mpsc;
 use super::queue::Queue;
 use super::{LINGER, REAP_EVERY};
 use crate::waiting::pregrant::{naming, Orphan, OrphanHook};
+
+/// The queues by lock key. Looked up three times in every `acquire`,
+/// waiting or not: foldhash rather than SipHash (randomly seeded per
+/// process all the same), which took 4 % of an uncontended cycle's client
+/// instructions (BENCHMARKS.md, "Out of process").
+pub(super) type Queues = std::collections::HashMap<Arc<str>, Queue, foldhash::fast::RandomState>;
 
 #[derive(Debug, Default)]
 pub(super) struct Shared {
@@ -21,7 +26,7 @@ pub(super) struct Shared {
     pub(super) tag: String,
     /// A std Mutex: held for map and queue updates only, never across an
     /// await.
-    pub(super) queues: Mutex<HashMap<Arc<str>, Queue>>,
+    pub(super) queues: Mutex<Queues>,
     /// Commands to the per-node subscription tasks.
     pub(super) senders: OnceLock<Vec<mpsc::UnboundedSender<Command>>>,
     /// Notices of this client's releases still being queued: their copies
@@ -53,7 +58,7 @@ pub(super) fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 impl Shared {
-    pub(super) fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Arc<str>, Queue>> {
+    pub(super) fn lock(&self) -> std::sync::MutexGuard<'_, Queues> {
         lock(&self.queues)
     }
 

@@ -2,7 +2,6 @@
 //! (the queues per resource and the subscription tasks it owns), and the
 //! two handles a release holds, [`Releasing`] and [`Busy`].
 
-use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
@@ -10,7 +9,7 @@ use tokio::sync::{mpsc, Notify};
 use tokio::task::JoinHandle;
 
 use super::queue::Queue;
-use super::state::{lock, Command, Shared};
+use super::state::{lock, Command, Queues, Shared};
 use super::{subscriber, Place};
 use crate::node::Node;
 use crate::waiting::pregrant::{HandedOver, Home, Orphan, OrphanHook, Pregrant};
@@ -265,7 +264,7 @@ impl Waits {
     /// new.
     fn push(
         &self,
-        queues: &mut HashMap<Arc<str>, Queue>,
+        queues: &mut Queues,
         key: &Arc<str>,
         fair: Option<usize>,
         ticket: Option<Arc<str>>,
