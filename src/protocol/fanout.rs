@@ -35,6 +35,71 @@ use crate::observe::metrics;
 
 type NodeFuture<T> = BoxFuture<'static, (usize, Result<T, NodeErrorKind>)>;
 
+/// The requests of a fan-out still in flight: one node's alone, without
+/// the set's allocations and bookkeeping (a single-node client's every
+/// round, and the home-first step of a handover), or a set.
+enum InFlight<T> {
+    One(Option<NodeFuture<T>>),
+    Many(FuturesUnordered<NodeFuture<T>>),
+}
+
+impl<T> InFlight<T> {
+    fn for_count(count: u32) -> Self {
+        if count <= 1 {
+            InFlight::One(None)
+        } else {
+            InFlight::Many(FuturesUnordered::new())
+        }
+    }
+
+    fn push(&mut self, fut: NodeFuture<T>) {
+        match self {
+            InFlight::One(slot @ None) => *slot = Some(fut),
+            InFlight::One(Some(_)) => {
+                let set = FuturesUnordered::new();
+                if let InFlight::One(Some(first)) = std::mem::replace(self, InFlight::One(None)) {
+                    set.push(first);
+                }
+                set.push(fut);
+                *self = InFlight::Many(set);
+            }
+            InFlight::Many(set) => set.push(fut),
+        }
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            InFlight::One(slot) => usize::from(slot.is_some()),
+            InFlight::Many(set) => set.len(),
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl<T> futures::Stream for InFlight<T> {
+    type Item = (usize, Result<T, NodeErrorKind>);
+
+    fn poll_next(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Self::Item>> {
+        match self.get_mut() {
+            InFlight::One(slot) => match slot {
+                None => std::task::Poll::Ready(None),
+                Some(fut) => {
+                    let answer = std::task::ready!(fut.as_mut().poll(cx));
+                    *slot = None;
+                    std::task::Poll::Ready(Some(answer))
+                }
+            },
+            InFlight::Many(set) => set.poll_next_unpin(cx),
+        }
+    }
+}
+
 /// A set of node indexes (N ≤ 64 is checked at build).
 pub(crate) type NodeSet = u64;
 
@@ -59,7 +124,7 @@ pub(crate) const fn all_nodes(n: usize) -> NodeSet {
 pub(crate) struct FanOut<T> {
     nodes: Arc<[Arc<Node>]>,
     settled: Settled,
-    pending: FuturesUnordered<NodeFuture<T>>,
+    pending: InFlight<T>,
     answers: Vec<Option<Result<T, NodeErrorKind>>>,
     tally: Tally,
     started: Instant,
@@ -105,7 +170,7 @@ impl<T: Send + Default + 'static> FanOut<T> {
         let mut tally = Tally::new(nodes.len());
         let mut answers: Vec<Option<Result<T, NodeErrorKind>>> =
             (0..nodes.len()).map(|_| None).collect();
-        let pending = FuturesUnordered::new();
+        let mut pending = InFlight::for_count((targets & all_nodes(nodes.len())).count_ones());
         for (i, node) in nodes.iter().enumerate() {
             if targets & (1 << i) == 0 {
                 let yes = credited & (1 << i) != 0;
@@ -257,7 +322,7 @@ impl<T: Send + Default + 'static> FanOut<T> {
         }
         // Past their deadline: what they queued stays queued (and runs in
         // order); nothing more is waited for.
-        self.pending = FuturesUnordered::new();
+        self.pending = InFlight::for_count(0);
     }
 
     /// From now on, requests that have not yet queued their command give up.
@@ -374,5 +439,39 @@ impl<T: Send + Default + 'static> FanOut<T> {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn answer(i: usize) -> NodeFuture<u64> {
+        Box::pin(async move {
+            tokio::task::yield_now().await;
+            (i, Ok(i as u64))
+        })
+    }
+
+    #[tokio::test]
+    async fn one_request_or_several_every_answer_comes_once() {
+        for count in [0u32, 1, 2, 5] {
+            let mut in_flight = InFlight::for_count(count);
+            assert!(matches!(in_flight, InFlight::One(_)) == (count <= 1));
+            for i in 0..count as usize {
+                in_flight.push(answer(i));
+            }
+            assert_eq!(in_flight.len(), count as usize);
+            let mut seen: Vec<usize> = in_flight.map(|(i, _)| i).collect().await;
+            seen.sort_unstable();
+            assert_eq!(seen, (0..count as usize).collect::<Vec<_>>());
+        }
+        // More pushed than announced: the single slot becomes a set.
+        let mut in_flight = InFlight::for_count(1);
+        for i in 0..3 {
+            in_flight.push(answer(i));
+        }
+        assert!(matches!(in_flight, InFlight::Many(_)));
+        assert_eq!(in_flight.map(|(i, _)| i).collect::<Vec<_>>().await.len(), 3);
     }
 }
