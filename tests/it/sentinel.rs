@@ -439,27 +439,43 @@ async fn a_sentinel_group_in_three_nodes_loses_one_vote_in_its_failover() {
     nodes.extend(plain.iter().map(|s| NodeSpec::from(s.url())));
     let client = client(nodes, RestartGuard::new().with_window(window));
     tokio::time::sleep(window + ms(1500)).await;
-    client.acquire("g", secs(2)).await.unwrap().release().await;
+    // The client sees the old master first (another resource: a release of
+    // "g" that the replica had not received before the kill would leave a
+    // key on the promoted master that no vote wrote, and the check below
+    // would take it for one; it did, under load).
+    client.acquire("seen", secs(2)).await.unwrap().release().await;
     group.servers[0].kill();
-    // The promotion's time, seen by a thread of its own every 20 ms: the
-    // loop below looks only between acquires, which a loaded machine
-    // stretches to seconds, and a late look made the window seem to end
-    // later than the client's (a false failure in CI).
+    // The promotion's time, bounded from below by a thread of its own that
+    // asks `ROLE` every 20 ms: the promotion came after the start of the
+    // last question answered "slave", so the client's window (which starts
+    // when the client sees the new master, later still) cannot end before
+    // that start plus the window. The loop below looks only between
+    // acquires, and a loaded machine stretches both those and the
+    // `redis-cli` processes to seconds: the time of the first "master"
+    // answer, used before, came late and made the window seem to end
+    // later than the client's (a false failure under load).
     let promoted = Arc::new(Mutex::new(None::<Instant>));
     let watching = Arc::new(AtomicBool::new(true));
     let watcher = std::thread::spawn({
         let (promoted, watching) = (promoted.clone(), watching.clone());
         let port = group.servers[1].port().to_string();
         move || {
+            let mut asked = Instant::now();
+            let mut replica_until = asked;
             while watching.load(Ordering::Relaxed) {
                 let role = std::process::Command::new("redis-cli")
                     .args(["-h", "127.0.0.1", "-p", &port, "ROLE"])
                     .output();
-                if role.is_ok_and(|o| o.stdout.starts_with(b"master")) {
-                    *promoted.lock().unwrap() = Some(Instant::now());
-                    return;
+                match role {
+                    Ok(o) if o.stdout.starts_with(b"master") => {
+                        *promoted.lock().unwrap() = Some(replica_until);
+                        return;
+                    }
+                    Ok(o) if o.stdout.starts_with(b"slave") => replica_until = asked,
+                    _ => {}
                 }
                 std::thread::sleep(ms(20));
+                asked = Instant::now();
             }
         }
     });
