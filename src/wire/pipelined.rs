@@ -236,7 +236,8 @@ impl redis::aio::ConnectionLike for Pipelined {
             let rx = self.enqueue(0, None, |out| cmd.write_packed_command(out))?;
             match answer(rx).await? {
                 Reply::One(value) => value.extract_error(),
-                Reply::Many(_) => unreachable!("a single command gets one reply"),
+                // Never: a single command is queued for one reply.
+                Reply::Many(_) => Err(broken(io::ErrorKind::InvalidData, "one reply expected")),
             }
         })
     }
