@@ -17,6 +17,7 @@ use crate::lease::Lease;
 use crate::logic::fence::FencingToken;
 use crate::logic::quorum::quorum;
 use crate::observe::metrics::{self, ExtendBy, ExtendOutcome};
+use crate::observe::span::{unseen, within};
 use crate::protocol::extend::extend;
 use crate::protocol::release::{release, release_in_background, Released};
 use crate::protocol::shared::{Grant, Held, Shared, Target};
@@ -265,14 +266,14 @@ impl LockGuard {
             handed_over = Empty,
             elapsed = Empty,
         );
-        let released = release(&self.shared, &self.lease.held())
-            .instrument(span.clone())
-            .await;
-        span.record("confirmed", released.confirmed)
-            .record("nodes", released.nodes)
-            .record("pending", released.pending)
-            .record("handed_over", released.handed_over)
-            .record("elapsed", field::debug(started.elapsed()));
+        let released = within(release(&self.shared, &self.lease.held()), &span).await;
+        if !unseen(&span) {
+            span.record("confirmed", released.confirmed)
+                .record("nodes", released.nodes)
+                .record("pending", released.pending)
+                .record("handed_over", released.handed_over)
+                .record("elapsed", field::debug(started.elapsed()));
+        }
         span.in_scope(|| {
             tracing::debug!(
                 confirmed = released.confirmed,

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use futures::FutureExt;
 use tracing::field::{self, Empty};
-use tracing::{Instrument, Span};
+use tracing::Span;
 
 use crate::error::failure::QuorumFailure;
 use crate::error::lost::LostLock;
@@ -19,6 +19,7 @@ use crate::logic::quorum::quorum;
 use crate::logic::validity::later;
 use crate::mutex::guard::LockGuard;
 use crate::observe::metrics;
+use crate::observe::span::{unseen, within};
 use crate::protocol::attempt::{attempt, attempt_outside, probe};
 use crate::protocol::fair::{holder_expiry, hopeless, log_failure, wait_fair, Fair, EXPIRY_SPREAD};
 use crate::protocol::queue::mark_waiting;
@@ -176,9 +177,8 @@ impl LockRequest {
             let (grant, attempts) =
                 waited.map_err(|failure| Error::NotAcquired(Box::new(failure)))?;
             Ok((target, schedule, grant, attempts))
-        }
-        .instrument(span.clone())
-        .await;
+        };
+        let waited = within(waited, &span).await;
         match waited {
             Ok((target, schedule, grant, attempts)) => {
                 self.acquired(&span, started, attempts, &grant);
@@ -194,11 +194,13 @@ impl LockRequest {
     /// Records a grant on the acquisition's span and in the metrics.
     fn acquired(&self, span: &Span, started: Instant, attempts: u32, grant: &Grant) {
         let elapsed = started.elapsed();
-        span.record("attempts", attempts)
-            .record("granted", grant.granted)
-            .record("quorum", quorum(self.shared.nodes.len()))
-            .record("elapsed", field::debug(elapsed))
-            .record("outcome", "acquired");
+        if !unseen(span) {
+            span.record("attempts", attempts)
+                .record("granted", grant.granted)
+                .record("quorum", quorum(self.shared.nodes.len()))
+                .record("elapsed", field::debug(elapsed))
+                .record("outcome", "acquired");
+        }
         metrics::acquired(elapsed, attempts);
     }
 
@@ -500,9 +502,8 @@ impl LockRequest {
                 .await
                 .map_err(|failure| Error::NotAcquired(Box::new(failure)))?;
             Ok((target, schedule, grant))
-        }
-        .instrument(span.clone())
-        .await;
+        };
+        let tried = within(tried, &span).await;
         match tried {
             Ok((target, schedule, grant)) => {
                 self.acquired(&span, started, 1, &grant);

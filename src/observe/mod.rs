@@ -7,4 +7,5 @@
 
 pub(crate) mod inspect;
 pub(crate) mod metrics;
+pub(crate) mod span;
 pub(crate) mod stats;

@@ -443,12 +443,8 @@ async fn a_sentinel_group_in_three_nodes_loses_one_vote_in_its_failover() {
     // "g" that the replica had not received before the kill would leave a
     // key on the promoted master that no vote wrote, and the check below
     // would take it for one; it did, under load).
-    client
-        .acquire("seen", secs(2))
-        .await
-        .unwrap()
-        .release()
-        .await;
+    let seen = client.acquire("seen", secs(2)).await.unwrap();
+    seen.release().await;
     group.servers[0].kill();
     // The promotion's time, bounded from below by a thread of its own that
     // asks `ROLE` every 20 ms: the promotion came after the start of the
