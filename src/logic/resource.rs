@@ -136,15 +136,52 @@ pub(crate) fn fence_keys(prefix: &str) -> Vec<Arc<str>> {
 /// resource's fence bucket as hash tag after the kind in the tagged layout.
 /// The family's own kinds (`rwlock::keys`) are named through it too.
 pub(crate) fn key(prefix: &str, kind: &str, resource: &str, layout: Layout) -> Arc<str> {
-    use std::fmt::Write as _;
-    let mut key = String::with_capacity(prefix.len() + kind.len() + resource.len() + 6);
-    key.push_str(prefix);
-    key.push_str(kind);
-    if layout == Layout::Tagged {
-        let _ = write!(key, "{{{}}}", fence_bucket(resource));
+    arc_built(|key| {
+        use std::fmt::Write as _;
+        key.push_str(prefix);
+        key.push_str(kind);
+        if layout == Layout::Tagged {
+            let _ = write!(key, "{{{}}}", fence_bucket(resource));
+        }
+        key.push_str(resource);
+    })
+}
+
+/// An `Arc<str>` of what `write` writes, in one allocation: the text goes
+/// into a buffer of this thread's first and is copied into the `Arc` once.
+/// (A `String` turned into an `Arc<str>` is two allocations and a copy;
+/// keys, lock values and notice ids are made on every cycle, and an
+/// allocation and its free cost ~380 instructions with glibc's malloc,
+/// issue 32.) `write` must not call this function again (it would get a
+/// buffer of its own, and pay for it).
+pub(crate) fn arc_built(write: impl FnOnce(&mut String)) -> Arc<str> {
+    use std::cell::RefCell;
+    thread_local! {
+        static SCRATCH: RefCell<String> = const { RefCell::new(String::new()) };
     }
-    key.push_str(resource);
-    key.into()
+    let mut write = Some(write);
+    let built = SCRATCH.try_with(|cell| {
+        let mut scratch = cell.try_borrow_mut().ok()?;
+        scratch.clear();
+        (write.take()?)(&mut scratch);
+        let built = Arc::from(scratch.as_str());
+        // A long resource name does not keep its buffer.
+        if scratch.capacity() > 4096 {
+            *scratch = String::new();
+        }
+        Some(built)
+    });
+    match (built, write) {
+        (Ok(Some(built)), _) => built,
+        // Called from within `write`, or while the thread ends.
+        (_, Some(write)) => {
+            let mut text = String::new();
+            write(&mut text);
+            text.into()
+        }
+        // Never: `write` is taken only on the way to `Some`.
+        (_, None) => Arc::from(""),
+    }
 }
 
 /// The pub/sub channel of a lock key's release notices on a node using
@@ -153,14 +190,23 @@ pub(crate) fn key(prefix: &str, kind: &str, resource: &str, layout: Layout) -> A
 /// wake each other's waiters. The database is a decimal suffix after the
 /// last `@`, so the name is unique per (key, database).
 pub(crate) fn notice_channel(key: &str, db: i64) -> String {
-    use std::fmt::Write as _;
     // Sized up front: `format!` grows its buffer piece by piece, and this
     // runs on every release.
     let mut channel = String::with_capacity(key.len() + 21);
+    push_notice_channel(&mut channel, key, db);
+    channel
+}
+
+/// Appends [`notice_channel`]`(key, db)` to `channel`.
+pub(crate) fn push_notice_channel(channel: &mut String, key: &str, db: i64) {
     channel.push_str(key);
     channel.push('@');
-    let _ = write!(channel, "{db}");
-    channel
+    if db < 0 {
+        channel.push('-');
+    }
+    // Digits by hand, not `write!`: the formatting machinery was half of
+    // this function's cost, on every release.
+    push_decimal(channel, db.unsigned_abs());
 }
 
 /// Appends the low `digits` hex digits of `value` (lowercase, zero-padded),
@@ -214,13 +260,37 @@ pub(crate) fn client_tag() -> String {
 /// 64 random bits unique per waiter. The `.` ends the tag, so the scripts
 /// read it whatever its length (tickets of clients before issue 31 had no
 /// `.`: their tag is their first 8 characters, `wire/lua/*.lua`). A waiter
-/// that takes pre-grants adds `h-{ttl ms}` itself (`protocol::fair`).
-pub(crate) fn ticket(tag: &str) -> String {
-    let mut ticket = String::with_capacity(tag.len() + 1 + 16 + 12);
-    ticket.push_str(tag);
-    ticket.push('.');
-    push_hex(&mut ticket, u128::from(rand::random::<u64>()), 16);
-    ticket
+/// that takes pre-grants adds `h-{ttl ms}` (`handover_ttl_ms`,
+/// `protocol::fair`).
+pub(crate) fn ticket(tag: &str, handover_ttl_ms: Option<u64>) -> Arc<str> {
+    let random = rand::random::<u64>();
+    arc_built(|ticket| {
+        ticket.push_str(tag);
+        ticket.push('.');
+        push_hex(ticket, u128::from(random), 16);
+        if let Some(ms) = handover_ttl_ms {
+            ticket.push_str("h-");
+            push_decimal(ticket, ms);
+        }
+    })
+}
+
+/// Appends `n` in decimal, without the formatting machinery.
+fn push_decimal(out: &mut String, n: u64) {
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    let mut rest = n;
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (rest % 10) as u8;
+        rest /= 10;
+        if rest == 0 {
+            break;
+        }
+    }
+    for &d in &digits[at..] {
+        out.push(char::from(d));
+    }
 }
 
 /// A ticket's client tag and the rest: split at its first `.`, or after 8
@@ -259,14 +329,14 @@ const SECRET_CHARS: u32 = 22;
 /// attempt").
 pub(crate) fn lock_value(client_id: &str) -> Arc<str> {
     let secret: u128 = rand::random();
-    let mut value = String::with_capacity(client_id.len() + 1 + SECRET_CHARS as usize);
-    value.push_str(client_id);
-    value.push(':');
-    for i in 0..SECRET_CHARS {
-        let sextet = (secret >> (i * 6)) & 0x3f;
-        value.push(char::from(SECRET_ALPHABET[sextet as usize]));
-    }
-    value.into()
+    arc_built(|value| {
+        value.push_str(client_id);
+        value.push(':');
+        for i in 0..SECRET_CHARS {
+            let sextet = (secret >> (i * 6)) & 0x3f;
+            value.push(char::from(SECRET_ALPHABET[sextet as usize]));
+        }
+    })
 }
 
 /// The lock value of a fair waiter's pre-granted turn (DESIGN.md, section
@@ -307,13 +377,35 @@ mod tests {
     }
 
     #[test]
+    fn arc_built_gives_what_was_written_even_when_nested() {
+        assert_eq!(&*arc_built(|s| s.push_str("a")), "a");
+        // The buffer is cleared between uses.
+        assert_eq!(&*arc_built(|s| s.push_str("b")), "b");
+        // Nested: the inner call gets a buffer of its own.
+        let outer = arc_built(|s| {
+            s.push_str("out:");
+            let inner = arc_built(|t| t.push_str("in"));
+            s.push_str(&inner);
+        });
+        assert_eq!(&*outer, "out:in");
+        // A long text does not stay as the thread's buffer, and is whole.
+        let long = "x".repeat(5000);
+        assert_eq!(&*arc_built(|s| s.push_str(&long)), long);
+        assert_eq!(&*arc_built(|s| s.push_str("c")), "c");
+    }
+
+    #[test]
     fn tags_tickets_and_values_have_their_shapes() {
         let tag = client_tag();
         assert_eq!(tag.len(), TAG_DIGITS as usize);
         assert!(tag.bytes().all(|b| b.is_ascii_hexdigit()));
-        let t = ticket(&tag);
+        let t = ticket(&tag, None);
         assert_eq!(ticket_parts(&t).0, tag);
         assert_eq!(ticket_parts(&t).1.len(), 16);
+        let h = ticket(&tag, Some(30_000));
+        assert_eq!(ticket_parts(&h).0, tag);
+        assert_eq!(ticket_parts(&h).1.len(), 16 + "h-30000".len(), "{h}");
+        assert!(h.ends_with("h-30000"), "{h}");
         let v = lock_value(&tag);
         assert_eq!(v.len(), 39, "{v}");
         assert!(v.len() <= 44, "embstr");
@@ -421,6 +513,10 @@ mod tests {
             notice_channel("redfence:lock:x", 1)
         );
         assert_eq!(notice_key("no-suffix", 0), None);
+        // The digits written by hand are `format!`'s, at every width.
+        for db in [9, 10, 99, 100, 123_456, -1, -70, i64::MAX, i64::MIN] {
+            assert_eq!(notice_channel("k", db), format!("k@{db}"));
+        }
         let [marker, own] = fair_channels("redfence:lock:x", 2, "0badf00d");
         assert_eq!(marker, "redfence:lock:x@2/q");
         assert_eq!(own, "redfence:lock:x@2/0badf00d");

@@ -231,16 +231,16 @@ async fn fair_wait(
     let started = Instant::now();
     // The client's tag first: the home's release publishes the ticket on
     // the channel of the client it names (`resource::fair_channels`).
-    let mut ticket = resource::ticket(&shared.id_text);
-    if target.home.pregrant_fence.is_some() {
-        // The TTL the home's release sets when it pre-grants this ticket
-        // its vote.
-        // `h`: this client takes handovers (step 3, the handover); a release whose
-        // script predates them sees the TTL all the same.
-        ticket.push_str("h-");
-        ticket.push_str(&target.ttl.millis().to_string());
-    }
-    let ticket: Arc<str> = ticket.into();
+    // With pre-grants, the TTL the home's release sets when it pre-grants
+    // this ticket its vote, after `h`: this client takes handovers (step 3,
+    // the handover); a release whose script predates them sees the TTL all
+    // the same.
+    let handover_ttl = target
+        .home
+        .pregrant_fence
+        .as_ref()
+        .map(|_| target.ttl.millis());
+    let ticket = resource::ticket(&shared.id_text, handover_ttl);
     // The waiter's place in this client's queue (local: the client's other
     // tasks see it and join behind it). The subscription to the resource's
     // notices comes only once the waiter must wait, and is confirmed

@@ -165,8 +165,26 @@ impl<T: Send + Default + 'static> FanOut<T> {
         F: Fn(Arc<Node>, Settled) -> Fut,
         Fut: std::future::Future<Output = Result<T, NodeErrorKind>> + Send + 'static,
     {
+        Self::start_settled(nodes, targets, credited, deadline, Settled::new(), op)
+    }
+
+    /// As [`start_credited`](Self::start_credited), with the flag the
+    /// decision sets: [`Settled::NEVER`] for requests that go out however
+    /// late and so never look at it (releases; one allocation less per
+    /// round).
+    pub(crate) fn start_settled<F, Fut>(
+        nodes: &Arc<[Arc<Node>]>,
+        targets: NodeSet,
+        credited: NodeSet,
+        deadline: Instant,
+        settled: Settled,
+        op: F,
+    ) -> Self
+    where
+        F: Fn(Arc<Node>, Settled) -> Fut,
+        Fut: std::future::Future<Output = Result<T, NodeErrorKind>> + Send + 'static,
+    {
         let started = Instant::now();
-        let settled = Settled::new();
         let mut tally = Tally::new(nodes.len());
         let mut answers: Vec<Option<Result<T, NodeErrorKind>>> =
             (0..nodes.len()).map(|_| None).collect();

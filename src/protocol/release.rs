@@ -10,7 +10,7 @@ use tracing::Instrument;
 
 use crate::error::failure::{NodeErrorKind, NodeFailure};
 use crate::logic::fence::clock_seed;
-use crate::logic::resource::{notice_channel, pregrant_value};
+use crate::logic::resource::{arc_built, notice_channel, pregrant_value, push_notice_channel};
 use crate::logic::validity::later;
 use crate::node::Settled;
 use crate::protocol::fanout::{all_nodes, node_set, FanOut, NodeSet};
@@ -270,7 +270,7 @@ pub(crate) struct Step<'a> {
 /// returning. Then this client's own next waiter may send its attempt at
 /// once: on each node it runs after our delete, which saves it the
 /// notice's trip through Redis.
-fn send_release(shared: &Shared, held: &Held, notice_id: String, step: &Step<'_>) -> FanOut<()> {
+fn send_release(shared: &Shared, held: &Held, notice_id: Arc<str>, step: &Step<'_>) -> FanOut<()> {
     let releasing = held
         .granted
         .then(|| shared.waits.releasing(&held.key, notice_id.clone()));
@@ -287,7 +287,7 @@ fn send_release(shared: &Shared, held: &Held, notice_id: String, step: &Step<'_>
 pub(crate) fn start_release(
     shared: &Shared,
     held: &Held,
-    notice_id: String,
+    notice_id: Arc<str>,
     step: &Step<'_>,
 ) -> FanOut<()> {
     let handover = step.handover;
@@ -295,14 +295,14 @@ pub(crate) fn start_release(
     // lock may now be free: a split vote), marked with this client's tag so
     // that its own waiters, who know better, ignore it.
     let notice: Arc<str> = if held.granted {
-        notice_id.into()
+        notice_id
     } else {
         format!("{}{notice_id}", shared.waits.tag()).into()
     };
     // Nodes usually share a database index: name that channel, and build
     // the EVALSHA that carries it, once.
     let db0 = shared.nodes.first().map_or(0, |n| n.db());
-    let channel0: Arc<str> = notice_channel(&held.key, db0).into();
+    let channel0: Arc<str> = arc_built(|c| push_notice_channel(c, &held.key, db0));
     let by_hash: &[u8] = if step.by_hash { b"sha1" } else { b"" };
     // Not at all when the home is the only node asked (one node).
     let home_only = held.granted && step.targets & !node_set([held.home.index]) == 0;
@@ -335,7 +335,11 @@ pub(crate) fn start_release(
             lean,
             held: held.clone(),
             notice: notice.clone(),
-            channel: notice_channel(&held.key, db),
+            channel: if db == db0 {
+                channel0.clone()
+            } else {
+                notice_channel(&held.key, db).into()
+            },
             tag: shared.id_text.clone(),
             hand_over: handover.is_some(),
         }
@@ -347,11 +351,12 @@ pub(crate) fn start_release(
     let busy = home
         .as_ref()
         .map(|_| Arc::new(shared.waits.busy(&held.key)));
-    FanOut::start_credited(
+    FanOut::start_settled(
         &shared.nodes,
         step.targets,
         step.credited,
         step.deadline,
+        Settled::NEVER,
         |node, _settled| {
             let (key, value) = (held.key.clone(), held.value.clone());
             let marker = held.home.marker.clone();
@@ -560,7 +565,7 @@ struct HomeRelease {
     lean: Option<redis::Cmd>,
     held: Held,
     notice: Arc<str>,
-    channel: String,
+    channel: Arc<str>,
     tag: Arc<str>,
     hand_over: bool,
 }

@@ -100,7 +100,7 @@ fn targets(helds: &[Held]) -> NodeSet {
 /// runs its attempt after our deletes on each node (as the mutex's
 /// `send_release`).
 fn send(shared: &Arc<Shared>, helds: &[Held]) -> FanOut<Vec<i64>> {
-    let notices: Arc<[String]> = helds.iter().map(Held::notice_id).collect();
+    let notices: Arc<[Arc<str>]> = helds.iter().map(Held::notice_id).collect();
     let releasing: Vec<_> = helds
         .iter()
         .zip(notices.iter())

@@ -119,10 +119,10 @@ impl Held {
     }
 
     /// The public id of this acquisition, published with its release.
-    pub(crate) fn notice_id(&self) -> String {
-        let mut id = String::with_capacity(16);
-        crate::logic::resource::push_hex(&mut id, u128::from(self.notice), 16);
-        id
+    pub(crate) fn notice_id(&self) -> Arc<str> {
+        crate::logic::resource::arc_built(|id| {
+            crate::logic::resource::push_hex(id, u128::from(self.notice), 16);
+        })
     }
 }
 

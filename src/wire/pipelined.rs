@@ -192,6 +192,18 @@ impl Pipelined {
 
     /// Puts a request on the connection: its bytes, written by `pack`, and
     /// its place in the queue, in one critical section.
+    /// Sends `cmd` and waits for its reply: the trait's
+    /// `req_packed_command` without the boxed future (one allocation per
+    /// request less, issue 32), for `Link::query`.
+    pub(crate) async fn request(&self, cmd: &Cmd) -> RedisResult<Value> {
+        let rx = self.enqueue(0, None, |out| resp::pack(cmd, out))?;
+        match answer(rx).await? {
+            Reply::One(value) => value.extract_error(),
+            // Never: a single command is queued for one reply.
+            Reply::Many(_) => Err(broken(io::ErrorKind::InvalidData, "one reply expected")),
+        }
+    }
+
     fn enqueue(
         &self,
         skip: usize,
@@ -232,14 +244,7 @@ async fn answer(rx: oneshot::Receiver<RedisResult<Reply>>) -> RedisResult<Reply>
 
 impl redis::aio::ConnectionLike for Pipelined {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
-        Box::pin(async move {
-            let rx = self.enqueue(0, None, |out| cmd.write_packed_command(out))?;
-            match answer(rx).await? {
-                Reply::One(value) => value.extract_error(),
-                // Never: a single command is queued for one reply.
-                Reply::Many(_) => Err(broken(io::ErrorKind::InvalidData, "one reply expected")),
-            }
-        })
+        Box::pin(self.request(cmd))
     }
 
     fn req_packed_commands<'a>(

@@ -27,6 +27,17 @@ pub(crate) enum Link {
     Pipelined(Pipelined),
 }
 
+impl Link {
+    /// `cmd.query_async(self)`, without the boxed future of
+    /// `ConnectionLike` on our own connection.
+    pub(crate) async fn query(&mut self, cmd: &Cmd) -> redis::RedisResult<Value> {
+        match self {
+            Link::Redis(c) => cmd.query_async(c).await,
+            Link::Pipelined(c) => c.request(cmd).await,
+        }
+    }
+}
+
 impl ConnectionLike for Link {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         match self {

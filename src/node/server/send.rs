@@ -65,7 +65,7 @@ impl Server {
         settled: &Settled,
     ) -> Result<Value, NodeErrorKind> {
         let mut conn = connected.conn.clone();
-        let first = evalsha.query_async(&mut conn).await;
+        let first = conn.query(evalsha).await;
         let reply = match first {
             Err(e)
                 if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript)
@@ -87,7 +87,7 @@ impl Server {
                 // the third to answer without the script, and so without
                 // any extend, for the life of the lease (a watchdog test
                 // found its key expired on one of three nodes).
-                script.eval_of(evalsha).query_async(&mut conn).await
+                conn.query(&script.eval_of(evalsha)).await
             }
             other => other,
         };
@@ -133,7 +133,7 @@ impl Server {
         let connected = self.ready(settled, through_stall, vote).await?;
         let mut conn = connected.conn.clone();
         let reply = match request {
-            Request::Cmd(cmd) => cmd.query_async(&mut conn).await,
+            Request::Cmd(cmd) => conn.query(cmd).await,
             Request::Pipe(pipe) => pipe.query_async(&mut conn).await,
         };
         self.finish(connected.generation, reply, Sent::Request(request))

@@ -31,7 +31,7 @@ pub(super) struct Shared {
     pub(super) senders: OnceLock<Vec<mpsc::UnboundedSender<Command>>>,
     /// Notices of this client's releases still being queued: their copies
     /// from Redis are ignored (see [`Waits::releasing`](super::Waits::releasing)). A handful at most.
-    pub(super) own: Mutex<Vec<Box<str>>>,
+    pub(super) own: Mutex<Vec<Arc<str>>>,
     /// See [`DEFAULT_LOCAL_HANDOFFS`](super::DEFAULT_LOCAL_HANDOFFS).
     pub(super) local_handoffs: u32,
     /// Releases the home's vote pre-granted to a ticket of this client
@@ -169,7 +169,7 @@ impl Shared {
     /// too and it has had its local handoffs in a row. Then the notice's copies
     /// from Redis wake it, with the count of clients to spread over, as
     /// they wake every other client's head.
-    pub(super) fn released_here(&self, key: &str, notice: &str) {
+    pub(super) fn released_here(&self, key: &str, notice: &Arc<str>) {
         let mut queues = self.lock();
         let Some(queue) = queues.get_mut(key) else {
             return;
@@ -178,7 +178,7 @@ impl Shared {
             // Nobody to hand it to; copies from Redis count as heard,
             // and a waiter of this client about to join (its attempt
             // began before now) retries at once (`fresh`, `wait_any`).
-            queue.remember(notice.into());
+            queue.remember(notice.clone());
             queue.last_heard = Some(Instant::now());
             queue.last_settled = queue.last_heard;
             return;
@@ -193,7 +193,7 @@ impl Shared {
         }
         queue.local_turns += 1;
         queue.competitors = 1;
-        queue.remember(notice.into());
+        queue.remember(notice.clone());
         queue.last_heard = Some(Instant::now());
         queue.wake_head();
         queue.settle();

@@ -158,7 +158,7 @@ fn other_clients_get_a_turn_after_local_handoffs() {
     for i in 0..(2 * LOCAL_TURNS + 2) {
         let before = a.head().unwrap().heard;
         let notice = format!("{:016x}", 0x100 + i);
-        waits.releasing(&key, notice.clone()).queued();
+        waits.releasing(&key, notice.as_str().into()).queued();
         woken.push(a.head().unwrap().heard > before);
         // Its copies come back from Redis with the clients' count.
         waits.shared.heard("k", &format!("{notice}:3"));
@@ -180,7 +180,7 @@ fn other_clients_get_a_turn_after_local_handoffs() {
     for i in 0..(2 * LOCAL_TURNS) {
         let before = b.head().unwrap().heard;
         let notice = format!("{:016x}", 0x200 + i);
-        alone.releasing(&key, notice.clone()).queued();
+        alone.releasing(&key, notice.as_str().into()).queued();
         assert!(b.head().unwrap().heard > before);
         alone.shared.heard("k", &format!("{notice}:1"));
     }

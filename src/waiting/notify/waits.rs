@@ -29,7 +29,7 @@ pub(crate) struct Waits {
 pub(crate) struct Releasing {
     pub(super) shared: Arc<Shared>,
     pub(super) key: Arc<str>,
-    pub(super) notice: String,
+    pub(super) notice: Arc<str>,
 }
 
 impl Releasing {
@@ -133,8 +133,8 @@ impl Waits {
     /// releasing thread preempted in between), and a head woken then would
     /// queue its attempt ahead of our delete on the remaining nodes, find
     /// our key there, and sleep until its fallback.
-    pub(crate) fn releasing(&self, key: &Arc<str>, notice: String) -> Releasing {
-        lock(&self.shared.own).push(notice.clone().into());
+    pub(crate) fn releasing(&self, key: &Arc<str>, notice: Arc<str>) -> Releasing {
+        lock(&self.shared.own).push(notice.clone());
         Releasing {
             shared: self.shared.clone(),
             key: key.clone(),
