@@ -151,7 +151,7 @@ pub(crate) fn key(prefix: &str, kind: &str, resource: &str, layout: Layout) -> A
 /// into a buffer of this thread's first and is copied into the `Arc` once.
 /// (A `String` turned into an `Arc<str>` is two allocations and a copy;
 /// keys, lock values and notice ids are made on every cycle, and an
-/// allocation and its free cost ~380 instructions with glibc's malloc,
+/// allocation and its free cost ~200 instructions with glibc's malloc,
 /// issue 32.) `write` must not call this function again (it would get a
 /// buffer of its own, and pay for it).
 pub(crate) fn arc_built(write: impl FnOnce(&mut String)) -> Arc<str> {

@@ -196,7 +196,7 @@ impl Pipelined {
     /// `req_packed_command` without the boxed future (one allocation per
     /// request less, issue 32), for `Link::query`.
     pub(crate) async fn request(&self, cmd: &Cmd) -> RedisResult<Value> {
-        let rx = self.enqueue(0, None, |out| resp::pack(cmd, out))?;
+        let rx = self.enqueue(0, None, |out| cmd.write_packed_command(out))?;
         match answer(rx).await? {
             Reply::One(value) => value.extract_error(),
             // Never: a single command is queued for one reply.

@@ -4,10 +4,9 @@
 //! without the generic combinator parser redis-rs drives per reply. Error
 //! replies, rare, go through redis-rs's own parser, so that their kind
 //! (`NOSCRIPT`, `NOPERM`, `READONLY`…) is exactly what redis-rs would have
-//! made of them. Requests go the other way through [`pack`]. Pure: tested
-//! without Redis.
+//! made of them. Pure: tested without Redis.
 
-use redis::{Arg, Cmd, Value};
+use redis::Value;
 
 /// Deeper arrays than this are refused as a protocol error: no reply of
 /// ours nests more than three levels (`ROLE`'s replica list).
@@ -16,51 +15,6 @@ const MAX_DEPTH: usize = 16;
 /// A reply the stream does not parse as RESP2: the connection is dropped.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Garbled(pub(crate) String);
-
-/// Appends `cmd` to `out` as a RESP array of bulk strings: the bytes
-/// redis-rs's `Cmd::write_packed_command` writes, in about half its
-/// instructions (one reservation, each `$len` written as one piece;
-/// issue 32: encoding was 1,200 instructions per request of 8 arguments).
-pub(crate) fn pack(cmd: &Cmd, out: &mut Vec<u8>) {
-    let mut size = 16;
-    let mut count = 0;
-    for arg in cmd.args_iter() {
-        if let Arg::Simple(bytes) = arg {
-            size += bytes.len() + 16;
-            count += 1;
-        }
-    }
-    out.reserve(size);
-    push_header(out, b'*', count);
-    for arg in cmd.args_iter() {
-        // A cursor argument is only in `SCAN`-like commands' iterators,
-        // which never come here.
-        if let Arg::Simple(bytes) = arg {
-            push_header(out, b'$', bytes.len());
-            out.extend_from_slice(bytes);
-            out.extend_from_slice(b"\r\n");
-        }
-    }
-}
-
-/// `{kind}{n}\r\n`, written at once.
-fn push_header(out: &mut Vec<u8>, kind: u8, n: usize) {
-    let mut piece = [0u8; 24];
-    let mut at = piece.len() - 2;
-    piece[at..].copy_from_slice(b"\r\n");
-    let mut rest = n;
-    loop {
-        at -= 1;
-        piece[at] = b'0' + (rest % 10) as u8;
-        rest /= 10;
-        if rest == 0 {
-            break;
-        }
-    }
-    at -= 1;
-    piece[at] = kind;
-    out.extend_from_slice(&piece[at..]);
-}
 
 /// The first reply in `buf`, and how many bytes it took; `Ok(None)` when
 /// `buf` holds only part of one.
@@ -184,23 +138,6 @@ mod tests {
         let (value, used) = parse(bytes).unwrap().unwrap();
         assert_eq!(used, bytes.len(), "{bytes:?}");
         value
-    }
-
-    #[test]
-    fn requests_are_packed_as_redis_rs_packs_them() {
-        let mut set = redis::cmd("SET");
-        set.arg("k").arg("v").arg("NX").arg("PX").arg(10_000);
-        let mut empty = redis::cmd("EVALSHA");
-        empty.arg("").arg(0).arg(vec![b'x'; 1234]).arg(u64::MAX);
-        let mut pipeline = redis::pipe();
-        pipeline.cmd("PING");
-        for cmd in [set, empty, redis::cmd("PING")] {
-            let mut ours = b"before".to_vec();
-            pack(&cmd, &mut ours);
-            let mut theirs = b"before".to_vec();
-            cmd.write_packed_command(&mut theirs);
-            assert_eq!(ours, theirs);
-        }
     }
 
     #[test]
