@@ -229,6 +229,27 @@ async fn fair_wait(
     retry: &Retry,
 ) -> Result<Result<(Grant, u32), QuorumFailure>, HomeLost> {
     let started = Instant::now();
+    // Nobody of this client waits for the resource, and its home named
+    // nobody at this client's last release: the first attempt goes out
+    // before the waiter takes a place and a ticket, which only a waiter
+    // needs (issue 32: both were made and dropped on every uncontended
+    // cycle). Refused, the waiter takes them and goes on as after any
+    // failed attempt: into the queue, whose join looks at the lock again
+    // (a release between the attempt and the join is seen there). Another
+    // task of this client starting meanwhile joins the queue at once, as
+    // it did behind this one's place (`Waits::first_attempt`), and so may
+    // be ahead of this one in it.
+    let mut early = None;
+    if let Some(first) = shared.waits.first_attempt(&target.key, &target.home) {
+        let probe = target.fence.is_some() && retry.allows_another(1);
+        match attempt_pregranted(shared, target, probe, None, None, None).await {
+            Ok(grant) => {
+                first.granted(grant.held.expires_at);
+                return Ok(Ok((grant, 1)));
+            }
+            Err(failure) => early = Some(failure),
+        }
+    }
     // The client's tag first: the home's release publishes the ticket on
     // the channel of the client it names (`resource::fair_channels`).
     // With pre-grants, the TTL the home's release sets when it pre-grants
@@ -277,7 +298,7 @@ async fn fair_wait(
     // A busy resource (this client's tasks wait for it, or the last
     // release named a waiter): join the queue instead of sending an
     // attempt that would fail on every node.
-    let mut next = if busy {
+    let mut next = if busy && early.is_none() {
         match Box::pin(waiter.join(&place, &mut leave)).await {
             Some(look) => {
                 waiter.queued = true;
@@ -328,22 +349,30 @@ async fn fair_wait(
             });
         }
         waiter.attempts += 1;
-        // With fencing the script reads the holder's TTL only when it
-        // refuses, so a first attempt that may be followed by another asks
-        // at no cost when granted.
-        let probe = waiter.attempts > 1
-            || waiter.queued
-            || (target.fence.is_some() && retry.allows_another(waiter.attempts));
-        if let Some(value) = waiter.pregrant.as_mut().and_then(|p| p.handed.take()) {
-            handed.take_over(value);
-        }
-        let pregranted = waiter.pregranted();
-        let hash = handed.value.as_ref().map(|h| h.hash.clone());
-        let result =
-            attempt_pregranted(shared, target, probe, pregranted, hash.as_deref(), None).await;
-        // Granted, the keys it replaced are ours; refused, those it did
-        // not reach are released now.
-        handed.done(result.is_ok());
+        let result = match early.take() {
+            // The attempt made before the place (above), refused.
+            Some(failure) => Err(failure),
+            None => {
+                // With fencing the script reads the holder's TTL only when
+                // it refuses, so a first attempt that may be followed by
+                // another asks at no cost when granted.
+                let probe = waiter.attempts > 1
+                    || waiter.queued
+                    || (target.fence.is_some() && retry.allows_another(waiter.attempts));
+                if let Some(value) = waiter.pregrant.as_mut().and_then(|p| p.handed.take()) {
+                    handed.take_over(value);
+                }
+                let pregranted = waiter.pregranted();
+                let hash = handed.value.as_ref().map(|h| h.hash.clone());
+                let result =
+                    attempt_pregranted(shared, target, probe, pregranted, hash.as_deref(), None)
+                        .await;
+                // Granted, the keys it replaced are ours; refused, those it
+                // did not reach are released now.
+                handed.done(result.is_ok());
+                result
+            }
+        };
         match result {
             Ok(mut grant) => {
                 leave.ticket = None;

@@ -45,6 +45,10 @@ pub(super) struct Queue {
     /// fair queue: other clients wait in it, so a new waiter joins it
     /// instead of sending an attempt bound to fail.
     pub(super) busy: bool,
+    /// First attempts of this client's fair acquires in flight without a
+    /// place ([`Waits::first_attempt`](super::Waits::first_attempt)): a
+    /// new waiter joins behind them, as it would behind a waiter.
+    pub(super) attempting: u32,
     /// Releases heard (and subscription confirmations, which stand for any
     /// release missed before them). The head retries when it moves.
     pub(super) heard: u64,

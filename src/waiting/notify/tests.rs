@@ -394,3 +394,47 @@ fn a_notice_settles_when_its_copies_reach_a_majority() {
     assert_eq!(queue.settled, 2);
     assert!(queue.last_settled.unwrap() >= settled_at);
 }
+
+#[test]
+fn a_first_attempt_without_a_place_keeps_the_next_waiter_behind_it() {
+    let waits = Waits::default();
+    let key: Arc<str> = "k".into();
+    let home = Home {
+        index: 0,
+        queue: "q".into(),
+        marker: "w".into(),
+        pregrant_fence: None,
+        claim: None,
+    };
+    // Nobody waits: the first attempt may go without a place.
+    let first = waits.first_attempt(&key, &home).expect("free");
+    // While it is out, a second acquire neither attempts first nor
+    // attempts at all: it joins, told the resource is busy.
+    assert!(waits.first_attempt(&key, &home).is_none());
+    let (second, busy) = waits.join_fair(&key, &home, "t2".into());
+    assert!(busy);
+    assert!(second.head().is_some());
+    // Granted, the next waiter learns the holder's expiry.
+    let expiry = Instant::now() + 500 * MS;
+    first.granted(expiry);
+    assert_eq!(second.head().unwrap().holder_until, Some(expiry));
+    // A waiter queued: still no attempt without a place.
+    assert!(waits.first_attempt(&key, &home).is_none());
+    drop(second);
+    // Nobody left, nothing in flight: free again, and a refused (dropped)
+    // first attempt frees it too.
+    let refused = waits.first_attempt(&key, &home).expect("free again");
+    drop(refused);
+    assert!(waits.first_attempt(&key, &home).is_some());
+    // The home's last release named a waiter: busy, a place first.
+    waits.busy(&key, &home).set(true);
+    assert!(waits.first_attempt(&key, &home).is_none());
+    waits.busy(&key, &home).set(false);
+    // Busy is remembered even for a resource with no queue here yet (its
+    // holder attempted without a place and the queue was reaped).
+    let other: Arc<str> = "other".into();
+    waits.busy(&other, &home).set(true);
+    assert!(waits.first_attempt(&other, &home).is_none());
+    let (_place, busy) = waits.join_fair(&other, &home, "t3".into());
+    assert!(busy);
+}

@@ -58,17 +58,66 @@ impl Drop for Releasing {
     }
 }
 
+/// A first attempt in flight without a place; see [`Waits::first_attempt`].
+#[derive(Debug)]
+pub(crate) struct FirstAttempt {
+    shared: Arc<Shared>,
+    key: Arc<str>,
+    granted: Option<Instant>,
+}
+
+impl FirstAttempt {
+    /// The attempt got the lock, whose keys expire at `expires_at`: as
+    /// [`Place::acquired`], for this client's next waiters.
+    pub(crate) fn granted(mut self, expires_at: Instant) {
+        self.granted = Some(expires_at);
+    }
+}
+
+impl Drop for FirstAttempt {
+    fn drop(&mut self) {
+        let mut queues = self.shared.lock();
+        if let Some(queue) = queues.get_mut(&self.key) {
+            queue.attempting = queue.attempting.saturating_sub(1);
+            if let Some(expires_at) = self.granted {
+                queue.holder_until = Some(expires_at);
+            }
+        }
+    }
+}
+
 /// See [`Waits::busy`].
 #[derive(Debug)]
 pub(crate) struct Busy {
     pub(super) shared: Arc<Shared>,
     pub(super) key: Arc<str>,
+    /// The resource's fair queue home, for a queue this makes.
+    pub(super) home: Home,
 }
 
 impl Busy {
+    /// Records whether the home's release named a waiter. Busy, a
+    /// resource this client has no queue of yet (its holder attempted
+    /// before taking a place, `Waits::free_to_attempt`) gets one, idle
+    /// (reaped as any), so that this client's next acquire joins the fair
+    /// queue instead of attempting ahead of the waiter named.
     pub(crate) fn set(&self, busy: bool) {
-        if let Some(queue) = self.shared.lock().get_mut(&self.key) {
-            queue.busy = busy;
+        let mut queues = self.shared.lock();
+        match queues.get_mut(&self.key) {
+            Some(queue) => queue.busy = busy,
+            None if busy => {
+                queues.insert(
+                    self.key.clone(),
+                    Queue {
+                        fair: Some(self.home.index),
+                        home: Some(self.home.clone()),
+                        busy: true,
+                        idle_since: Some(Instant::now()),
+                        ..Queue::default()
+                    },
+                );
+            }
+            None => {}
         }
     }
 
@@ -146,11 +195,40 @@ impl Waits {
     /// `true` when it named a waiter (the queue was not empty). A new
     /// waiter of this client on a busy resource joins the queue instead of
     /// attempting first.
-    pub(crate) fn busy(&self, key: &Arc<str>) -> Busy {
+    pub(crate) fn busy(&self, key: &Arc<str>, home: &Home) -> Busy {
         Busy {
             shared: self.shared.clone(),
             key: key.clone(),
+            home: home.clone(),
         }
+    }
+
+    /// A fair acquire of `key` may send its first attempt before it takes
+    /// a place and a ticket in this client's queue when none of this
+    /// client's tasks waits for the resource or is making such an attempt,
+    /// and its home named nobody at this client's last release (issue 32:
+    /// the place and the ticket of an acquire that never waits were made
+    /// and dropped on every cycle). Until the returned guard is dropped,
+    /// a new fair waiter of `key` joins the queue instead, as it would
+    /// behind a waiter (`None`: this one must too).
+    pub(crate) fn first_attempt(&self, key: &Arc<str>, home: &Home) -> Option<FirstAttempt> {
+        let mut queues = self.shared.lock();
+        let queue = queues.entry(key.clone()).or_insert_with(|| Queue {
+            fair: Some(home.index),
+            home: Some(home.clone()),
+            // Reaped as any idle queue unless a waiter comes.
+            idle_since: Some(Instant::now()),
+            ..Queue::default()
+        });
+        if queue.busy || !queue.waiters.is_empty() || queue.attempting > 0 {
+            return None;
+        }
+        queue.attempting += 1;
+        Some(FirstAttempt {
+            shared: self.shared.clone(),
+            key: key.clone(),
+            granted: None,
+        })
     }
 
     /// Whether a release of `key` should ask the home to hand the lock
@@ -210,15 +288,17 @@ impl Waits {
     /// `ticket`, subscribing on the fair queue's home node `home` only when
     /// the queue is new (only the home's notices name tickets). Also
     /// says whether the resource is busy: waiters of this client are
-    /// queued already, or the home's last notice named a ticket.
+    /// queued already or making their first attempt
+    /// ([`first_attempt`](Self::first_attempt)), or the home's last notice
+    /// named a ticket.
     pub(crate) fn join_fair(&self, key: &Arc<str>, home: &Home, ticket: Arc<str>) -> (Place, bool) {
-        // One lookup: this runs on every fair acquire, waiting or not.
+        // One lookup.
         let mut queues = self.shared.lock();
         let queue = queues.entry(key.clone()).or_insert_with(|| Queue {
             fair: Some(home.index),
             ..Queue::default()
         });
-        let busy = queue.busy || !queue.waiters.is_empty();
+        let busy = queue.busy || !queue.waiters.is_empty() || queue.attempting > 0;
         queue.home = Some(home.clone());
         (self.push_into(queue, key, Some(ticket)), busy)
     }
