@@ -378,9 +378,9 @@ mod tests {
 
     #[test]
     fn arc_built_gives_what_was_written_even_when_nested() {
-        assert_eq!(&*arc_built(|s| s.push_str("a")), "a");
+        assert_eq!(&*arc_built(|s| s.push('a')), "a");
         // The buffer is cleared between uses.
-        assert_eq!(&*arc_built(|s| s.push_str("b")), "b");
+        assert_eq!(&*arc_built(|s| s.push('b')), "b");
         // Nested: the inner call gets a buffer of its own.
         let outer = arc_built(|s| {
             s.push_str("out:");
@@ -391,7 +391,7 @@ mod tests {
         // A long text does not stay as the thread's buffer, and is whole.
         let long = "x".repeat(5000);
         assert_eq!(&*arc_built(|s| s.push_str(&long)), long);
-        assert_eq!(&*arc_built(|s| s.push_str("c")), "c");
+        assert_eq!(&*arc_built(|s| s.push('c')), "c");
     }
 
     #[test]
