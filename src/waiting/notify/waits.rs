@@ -60,13 +60,13 @@ impl Drop for Releasing {
 
 /// A first attempt in flight without a place; see [`Waits::first_attempt`].
 #[derive(Debug)]
-pub(crate) struct FirstAttempt {
-    shared: Arc<Shared>,
-    key: Arc<str>,
+pub(crate) struct FirstAttempt<'a> {
+    waits: &'a Waits,
+    key: &'a Arc<str>,
     granted: Option<Instant>,
 }
 
-impl FirstAttempt {
+impl FirstAttempt<'_> {
     /// The attempt got the lock, whose keys expire at `expires_at`: as
     /// [`Place::acquired`], for this client's next waiters.
     pub(crate) fn granted(mut self, expires_at: Instant) {
@@ -74,10 +74,10 @@ impl FirstAttempt {
     }
 }
 
-impl Drop for FirstAttempt {
+impl Drop for FirstAttempt<'_> {
     fn drop(&mut self) {
-        let mut queues = self.shared.lock();
-        if let Some(queue) = queues.get_mut(&self.key) {
+        let mut queues = self.waits.shared.lock();
+        if let Some(queue) = queues.get_mut(&**self.key) {
             queue.attempting = queue.attempting.saturating_sub(1);
             if let Some(expires_at) = self.granted {
                 queue.holder_until = Some(expires_at);
@@ -211,22 +211,31 @@ impl Waits {
     /// and dropped on every cycle). Until the returned guard is dropped,
     /// a new fair waiter of `key` joins the queue instead, as it would
     /// behind a waiter (`None`: this one must too).
-    pub(crate) fn first_attempt(&self, key: &Arc<str>, home: &Home) -> Option<FirstAttempt> {
+    pub(crate) fn first_attempt<'a>(
+        &'a self,
+        key: &'a Arc<str>,
+        home: &Home,
+    ) -> Option<FirstAttempt<'a>> {
         let mut queues = self.shared.lock();
-        let queue = queues.entry(key.clone()).or_insert_with(|| Queue {
-            fair: Some(home.index),
-            home: Some(home.clone()),
-            // Reaped as any idle queue unless a waiter comes.
-            idle_since: Some(Instant::now()),
-            ..Queue::default()
-        });
+        // Looked up before an entry is made: the key's hash and clone only
+        // for a new one.
+        let queue = match queues.get_mut(&**key) {
+            Some(queue) => queue,
+            None => queues.entry(key.clone()).or_insert_with(|| Queue {
+                fair: Some(home.index),
+                home: Some(home.clone()),
+                // Reaped as any idle queue unless a waiter comes.
+                idle_since: Some(Instant::now()),
+                ..Queue::default()
+            }),
+        };
         if queue.busy || !queue.waiters.is_empty() || queue.attempting > 0 {
             return None;
         }
         queue.attempting += 1;
         Some(FirstAttempt {
-            shared: self.shared.clone(),
-            key: key.clone(),
+            waits: self,
+            key,
             granted: None,
         })
     }
