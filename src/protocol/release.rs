@@ -350,7 +350,7 @@ pub(crate) fn start_release(
     // acquire they follow may be queued there.
     let busy = home
         .as_ref()
-        .map(|_| Arc::new(shared.waits.busy(&held.key, &held.home)));
+        .map(|_| Arc::new(shared.waits.busy(&held.key)));
     FanOut::start_settled(
         &shared.nodes,
         step.targets,

@@ -91,33 +91,12 @@ impl Drop for FirstAttempt<'_> {
 pub(crate) struct Busy {
     pub(super) shared: Arc<Shared>,
     pub(super) key: Arc<str>,
-    /// The resource's fair queue home, for a queue this makes.
-    pub(super) home: Home,
 }
 
 impl Busy {
-    /// Records whether the home's release named a waiter. Busy, a
-    /// resource this client has no queue of yet (its holder attempted
-    /// before taking a place, `Waits::free_to_attempt`) gets one, idle
-    /// (reaped as any), so that this client's next acquire joins the fair
-    /// queue instead of attempting ahead of the waiter named.
     pub(crate) fn set(&self, busy: bool) {
-        let mut queues = self.shared.lock();
-        match queues.get_mut(&self.key) {
-            Some(queue) => queue.busy = busy,
-            None if busy => {
-                queues.insert(
-                    self.key.clone(),
-                    Queue {
-                        fair: Some(self.home.index),
-                        home: Some(self.home.clone()),
-                        busy: true,
-                        idle_since: Some(Instant::now()),
-                        ..Queue::default()
-                    },
-                );
-            }
-            None => {}
+        if let Some(queue) = self.shared.lock().get_mut(&self.key) {
+            queue.busy = busy;
         }
     }
 
@@ -195,11 +174,10 @@ impl Waits {
     /// `true` when it named a waiter (the queue was not empty). A new
     /// waiter of this client on a busy resource joins the queue instead of
     /// attempting first.
-    pub(crate) fn busy(&self, key: &Arc<str>, home: &Home) -> Busy {
+    pub(crate) fn busy(&self, key: &Arc<str>) -> Busy {
         Busy {
             shared: self.shared.clone(),
             key: key.clone(),
-            home: home.clone(),
         }
     }
 
