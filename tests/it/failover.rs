@@ -287,6 +287,15 @@ async fn three_nodes_keep_the_failed_over_node_out_across_reconnects() {
         );
         pair.replicated(&fence_key).await;
         pair.cut_off();
+        // The warm-up's last release returned at two confirmations of
+        // three: its delete on the third node may still be on its way,
+        // and the reset below would cut it off (in CI, under load, the
+        // check after the first acquire found a lock key there once,
+        // presumably this one).
+        assert!(
+            eventually(secs(5), || third.count_keys("redfence:lock:*") == 0).await,
+            "the warm-up's release did not reach the third node"
+        );
         // The third node refuses connections while the first lock is
         // taken: the lock lives on nodes 0 and 1.
         third_proxy.set(Fault::Reset);
