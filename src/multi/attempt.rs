@@ -20,6 +20,7 @@ use crate::protocol::round::round;
 use crate::protocol::settle::settle_token;
 use crate::protocol::shared::{Grant, Held, Shared, Target};
 use crate::wire::commands::parse_all;
+use crate::wire::outgoing::PackedOnce;
 use crate::wire::scripts::ACQUIRE_ALL;
 
 /// The validated resources of one multi-resource request, in the caller's
@@ -96,7 +97,7 @@ pub(crate) async fn attempt_all(
         .arg(clock_seed())
         .arg(set.targets.len())
         .arg(if probe { "1" } else { "" });
-    let evalsha = Arc::new(evalsha);
+    let evalsha = Arc::new(PackedOnce::new(evalsha, shared.nodes.len()));
     let round = round(
         shared,
         Phase::Acquire,

@@ -15,6 +15,7 @@ use redis::{Cmd, Pipeline, Value};
 
 use crate::error::failure::NodeErrorKind;
 use crate::node::cluster::{Cluster, Routed};
+use crate::wire::outgoing::Outgoing;
 use crate::wire::scripts::Script;
 
 pub(crate) use crate::node::server::{NodeTimeouts, Reach, Registry, Server, Settled, Vote};
@@ -110,10 +111,10 @@ impl Node {
     }
 
     /// See [`Server::run_script_prepared`].
-    pub(crate) async fn run_script_prepared(
+    pub(crate) async fn run_script_prepared<R: Outgoing + ?Sized>(
         &self,
         script: &Script,
-        evalsha: &Cmd,
+        evalsha: &R,
         settled: &Settled,
         through_stall: bool,
         vote: Option<Vote>,
@@ -129,7 +130,7 @@ impl Node {
             // process").
             Kind::Cluster(c) => {
                 Box::pin(c.run(
-                    Routed::Script(script, evalsha),
+                    Routed::Script(script, evalsha.cmd()),
                     settled,
                     through_stall,
                     vote,
@@ -169,15 +170,15 @@ impl Node {
     /// ([`Cluster::mget`]).
     pub(crate) async fn run_command(
         &self,
-        cmd: &Cmd,
+        cmd: &dyn Outgoing,
         settled: &Settled,
         vote: Option<Vote>,
     ) -> Result<Value, NodeErrorKind> {
         match &self.kind {
             Kind::Server(s) => s.run_command(cmd, settled, false, vote).await,
-            Kind::Cluster(c) => match mget_keys(cmd) {
+            Kind::Cluster(c) => match mget_keys(cmd.cmd()) {
                 Some(keys) => Box::pin(c.mget(&keys, settled, vote)).await,
-                None => Box::pin(c.run(Routed::Cmd(cmd), settled, false, vote)).await,
+                None => Box::pin(c.run(Routed::Cmd(cmd.cmd()), settled, false, vote)).await,
             },
         }
     }

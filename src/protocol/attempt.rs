@@ -8,7 +8,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use redis::{Cmd, Pipeline, Value};
+use redis::{Pipeline, Value};
 
 use crate::error::failure::{NodeErrorKind, Phase, QuorumFailure};
 use crate::logic::fence::clock_seed;
@@ -25,15 +25,18 @@ use crate::protocol::shared::{Grant, Held, Shared, Target};
 use crate::wire::commands::{
     parse_fenced, parse_held, parse_probed_set, parse_set, pttl, set_nx, set_nx_probed,
 };
+use crate::wire::outgoing::{Outgoing, PackedOnce};
 use crate::wire::scripts::ACQUIRE;
 
 /// The acquire as sent to each node.
 enum Acquire {
-    Command(Cmd),
+    /// The `SET`, built and packed once for every node.
+    Command(PackedOnce),
     Pipeline(Pipeline),
-    /// The fenced acquire script's `EVALSHA`, built once for every node
-    /// (`Script::eval_of` derives the `EVAL` after a `NOSCRIPT`).
-    Fenced(Cmd),
+    /// The fenced acquire script's `EVALSHA`, built and packed once for
+    /// every node (`Script::eval_of` derives the `EVAL` after a
+    /// `NOSCRIPT`).
+    Fenced(PackedOnce),
 }
 
 /// The parser of an acquire's reply: the node's new fence (0 without
@@ -126,6 +129,7 @@ pub(crate) async fn attempt_pregranted(
     shared.counters.count(Event::Attempt);
     let vote = shared.vote(true);
     let (key, value, ttl_ms) = (&*held.key, &*held.value, target.ttl.millis());
+    let nodes = shared.nodes.len();
     // The home's own request, when this attempt claims the next turn
     // there: the acquire with the claim key and this client's tag.
     let mut at_home = None;
@@ -134,9 +138,10 @@ pub(crate) async fn attempt_pregranted(
     let (request, parse): (Acquire, Parse) = match &target.fence {
         // Without fencing, a plain SET: a Lua script costs the server ~5×
         // the CPU of the command it wraps.
-        None if !probe => (Acquire::Command(set_nx(key, value, ttl_ms)), |reply| {
-            parse_set(reply).map(|()| 0)
-        }),
+        None if !probe => (
+            Acquire::Command(PackedOnce::new(set_nx(key, value, ttl_ms), nodes)),
+            |reply| parse_set(reply).map(|()| 0),
+        ),
         // A waiter's retry: the same SET and a PTTL, pipelined.
         None => (
             Acquire::Pipeline(set_nx_probed(key, value, ttl_ms)),
@@ -173,7 +178,10 @@ pub(crate) async fn attempt_pregranted(
                     .arg(reserve.as_millis().max(1) as u64);
                 at_home = Some((target.home.index, home));
             }
-            (Acquire::Fenced(evalsha), parse_fenced)
+            (
+                Acquire::Fenced(PackedOnce::new(evalsha, nodes)),
+                parse_fenced,
+            )
         }
     };
     let (request, at_home) = (Arc::new(request), at_home.map(Arc::new));
@@ -194,7 +202,10 @@ pub(crate) async fn attempt_pregranted(
                 let reply = match &*request {
                     Acquire::Command(cmd) => node.run_command(cmd, &settled, vote).await?,
                     Acquire::Fenced(evalsha) => {
-                        let evalsha = home.as_ref().map_or(evalsha, |h| &h.1);
+                        let evalsha: &dyn Outgoing = match &home {
+                            Some(home) => &home.1,
+                            None => evalsha,
+                        };
                         node.run_script_prepared(&ACQUIRE, evalsha, &settled, false, vote)
                             .await?
                     }

@@ -11,7 +11,8 @@ use crate::logic::validity::later;
 use crate::protocol::round::round;
 use crate::protocol::shared::{Held, Shared, Target};
 use crate::wire::commands::parse_extend;
-use crate::wire::scripts::{EXTEND, EXTEND_ALL};
+use crate::wire::outgoing::PackedOnce;
+use crate::wire::scripts::{Script, EXTEND, EXTEND_ALL};
 
 /// A successful extend: the new deadline and expiry, and the nodes that
 /// did not extend (as far as heard). The nodes that did are noted in
@@ -61,8 +62,16 @@ async fn extend_keys(
     keys: &[Arc<str>],
     hear_all: bool,
 ) -> Result<Extended, QuorumFailure> {
-    let keys: Arc<[Arc<str>]> = keys.into();
-    let ttl_arg: Arc<str> = target.ttl.millis().to_string().into();
+    let ttl_arg = target.ttl.millis().to_string();
+    let args: [&[u8]; 2] = [held.value.as_bytes(), ttl_arg.as_bytes()];
+    // Built and packed once for every node.
+    let (script, evalsha): (&'static Script, _) = if keys.is_empty() {
+        (&EXTEND, EXTEND.evalsha(&[&held.key], &args))
+    } else {
+        let keys: Vec<&str> = keys.iter().map(|k| &**k).collect();
+        (&EXTEND_ALL, EXTEND_ALL.evalsha(&keys, &args))
+    };
+    let evalsha = Arc::new(PackedOnce::new(evalsha, shared.nodes.len()));
     let vote = shared.vote(false);
     let round = round(
         shared,
@@ -71,18 +80,11 @@ async fn extend_keys(
         held,
         hear_all,
         |node, settled| {
-            let (key, value, ttl_arg) = (held.key.clone(), held.value.clone(), ttl_arg.clone());
-            let keys = Arc::clone(&keys);
+            let evalsha = Arc::clone(&evalsha);
             async move {
-                let args: [&[u8]; 2] = [value.as_bytes(), ttl_arg.as_bytes()];
-                let reply = if keys.is_empty() {
-                    node.run_script(&EXTEND, &[&key], &args, &settled, false, vote)
-                        .await?
-                } else {
-                    let keys: Vec<&str> = keys.iter().map(|k| &**k).collect();
-                    node.run_script(&EXTEND_ALL, &keys, &args, &settled, false, vote)
-                        .await?
-                };
+                let reply = node
+                    .run_script_prepared(script, &evalsha, &settled, false, vote)
+                    .await?;
                 parse_extend(reply)
             }
         },

@@ -411,7 +411,18 @@ impl<T: Send + Default + 'static> FanOut<T> {
     /// As [`finish_in_background`](Self::finish_in_background), and every
     /// node that still answers yes is added to `yes` (an acquire's late
     /// grants: the nodes that hold our value).
-    pub(crate) fn finish_noting(self, yes: Option<Arc<AtomicU64>>) {
+    pub(crate) fn finish_noting(mut self, yes: Option<Arc<AtomicU64>>) {
+        // The answers already in are taken here: under load the rest of a
+        // round has often answered by the time the quorum decided, and
+        // then no task is spawned for it (issue 32: a spawn is an
+        // allocation of the whole fan-out's size, and a task to run).
+        let waker = futures::task::noop_waker();
+        let mut cx = std::task::Context::from_waker(&waker);
+        while let std::task::Poll::Ready(Some((index, result))) =
+            self.pending.poll_next_unpin(&mut cx)
+        {
+            self.note_late(index, result, yes.as_deref());
+        }
         if self.pending.is_empty() {
             return;
         }
@@ -425,6 +436,31 @@ impl<T: Send + Default + 'static> FanOut<T> {
         self.drain_noting(None).await;
     }
 
+    /// An answer after the decision: a yes is added to `yes`, a failure
+    /// is counted, and the node is marked answered, so that `expire` only
+    /// blames the silent.
+    fn note_late(
+        &mut self,
+        index: usize,
+        result: Result<T, NodeErrorKind>,
+        yes: Option<&AtomicU64>,
+    ) {
+        match (&result, yes) {
+            (Ok(_), Some(yes)) => {
+                yes.fetch_or(node_set([index]), Ordering::Relaxed);
+            }
+            (Err(kind), _) => {
+                if let Some(node) = self.nodes.get(index) {
+                    metrics::node_error(node.addr(), kind);
+                }
+            }
+            _ => {}
+        }
+        if let Some(slot) = self.answers.get_mut(index) {
+            *slot = Some(Err(NodeErrorKind::Skipped));
+        }
+    }
+
     async fn drain_noting(mut self, yes: Option<Arc<AtomicU64>>) {
         let timer = tokio::time::sleep_until(self.deadline.into());
         tokio::pin!(timer);
@@ -432,23 +468,7 @@ impl<T: Send + Default + 'static> FanOut<T> {
             tokio::select! {
                 biased;
                 next = self.pending.next() => match next {
-                    Some((index, result)) => {
-                        match (&result, &yes) {
-                            (Ok(_), Some(yes)) => {
-                                yes.fetch_or(node_set([index]), Ordering::Relaxed);
-                            }
-                            (Err(kind), _) => {
-                                if let Some(node) = self.nodes.get(index) {
-                                    metrics::node_error(node.addr(), kind);
-                                }
-                            }
-                            _ => {}
-                        }
-                        // Mark answered, so `expire` only blames the silent.
-                        if let Some(slot) = self.answers.get_mut(index) {
-                            *slot = Some(Err(NodeErrorKind::Skipped));
-                        }
-                    }
+                    Some((index, result)) => self.note_late(index, result, yes.as_deref()),
                     None => return,
                 },
                 () = &mut timer => {

@@ -5,6 +5,7 @@
 //! once, each bounded by the node timeout; the nodes still silent at the
 //! decision are heard in the background.
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use redis::Value;
@@ -14,6 +15,7 @@ use crate::logic::quorum::quorum;
 use crate::protocol::fanout::{all_nodes, FanOut};
 use crate::protocol::shared::Shared;
 use crate::wire::commands::unexpected;
+use crate::wire::outgoing::PackedOnce;
 use crate::wire::scripts::Script;
 
 /// Too few nodes answered (a read) or accepted (a write).
@@ -53,14 +55,18 @@ pub(crate) async fn write_at_majority(
     key: &str,
     args: &[&[u8]],
 ) -> Result<(), WriteFailed> {
-    let evalsha = script.evalsha(&[key], args);
+    // Built and packed once for every node.
+    let evalsha = Arc::new(PackedOnce::new(
+        script.evalsha(&[key], args),
+        shared.nodes.len(),
+    ));
     let deadline = Instant::now() + shared.config.node_timeout;
     let mut fan: FanOut<Answer> = FanOut::start(
         &shared.nodes,
         all_nodes(shared.nodes.len()),
         deadline,
         |node, settled| {
-            let evalsha = evalsha.clone();
+            let evalsha = Arc::clone(&evalsha);
             async move {
                 let reply = node
                     .run_script_prepared(script, &evalsha, &settled, false, None)

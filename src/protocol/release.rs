@@ -17,6 +17,7 @@ use crate::protocol::fanout::{all_nodes, node_set, FanOut, NodeSet};
 use crate::protocol::shared::{Held, Shared};
 use crate::waiting::pregrant::{HandedOver, Home as QueueHome, Orphan};
 use crate::wire::commands::parse_flag;
+use crate::wire::outgoing::PackedOnce;
 use crate::wire::scripts::{RELEASE, RELEASE_LEAN};
 
 /// What a successful release reports.
@@ -306,8 +307,15 @@ pub(crate) fn start_release(
     let by_hash: &[u8] = if step.by_hash { b"sha1" } else { b"" };
     // Not at all when the home is the only node asked (one node).
     let home_only = held.granted && step.targets & !node_set([held.home.index]) == 0;
+    // Packed once for the nodes that share it (all but a granted lock's
+    // home).
+    let sharing = if held.granted {
+        step.targets & !node_set([held.home.index])
+    } else {
+        step.targets
+    };
     let evalsha0 = (!home_only).then(|| {
-        Arc::new(RELEASE.evalsha(
+        let evalsha = RELEASE.evalsha(
             &[&held.key, &held.home.marker],
             &[
                 held.value.as_bytes(),
@@ -315,7 +323,8 @@ pub(crate) fn start_release(
                 channel0.as_bytes(),
                 by_hash,
             ],
-        ))
+        );
+        Arc::new(PackedOnce::new(evalsha, sharing.count_ones() as usize))
     });
     // The home node's release also tends the fair queue: it takes out this
     // holder's ticket if it is still there and names the next waiter's

@@ -25,6 +25,7 @@ use crate::protocol::reseed::reseed_if_wanted;
 use crate::protocol::round::round;
 use crate::protocol::settle::settle_token;
 use crate::protocol::shared::{Grant, Shared, Target};
+use crate::wire::outgoing::PackedOnce;
 use crate::wire::scripts::{RW_READ, RW_WRITE};
 
 /// One read in this many prunes the readers' index of names whose keys
@@ -86,7 +87,7 @@ pub(crate) async fn admit(
             (&*RW_WRITE, RW_WRITE.evalsha(&k, &args))
         }
     };
-    let evalsha = Arc::new(evalsha);
+    let evalsha = Arc::new(PackedOnce::new(evalsha, shared.nodes.len()));
     let round = round(
         shared,
         Phase::Acquire,

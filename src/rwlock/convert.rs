@@ -16,6 +16,7 @@ use crate::protocol::release::ReleaseOnDrop;
 use crate::protocol::round::round;
 use crate::protocol::shared::{Grant, Held, Shared, Target};
 use crate::wire::commands::parse_flag;
+use crate::wire::outgoing::PackedOnce;
 use crate::wire::scripts::RW_DOWNGRADE;
 
 /// Converts the writer's hold `write` into a reader's entry (`target`, a
@@ -36,8 +37,10 @@ pub(crate) async fn downgrade(
     let mut cleanup = ReleaseOnDrop::new(shared, &held);
     let ttl = target.ttl.millis().to_string();
     let args: [&[u8]; 2] = [held.value.as_bytes(), ttl.as_bytes()];
-    let evalsha =
-        Arc::new(RW_DOWNGRADE.evalsha(&[&keys.writer, &keys.readers, &target.key], &args));
+    let evalsha = Arc::new(PackedOnce::new(
+        RW_DOWNGRADE.evalsha(&[&keys.writer, &keys.readers, &target.key], &args),
+        shared.nodes.len(),
+    ));
     let vote = shared.vote(false);
     let round = round(
         shared,

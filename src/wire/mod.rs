@@ -4,6 +4,7 @@
 
 pub(crate) mod commands;
 pub(crate) mod info;
+pub(crate) mod outgoing;
 pub(crate) mod pipelined;
 pub(crate) mod probe;
 pub(crate) mod resp;

@@ -34,6 +34,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
+use super::outgoing::Outgoing;
 use super::resp;
 
 /// The reader's buffer to begin with.
@@ -169,7 +170,19 @@ impl Pipelined {
     /// Takes over a connected socket (after nothing was sent on it), `db`
     /// being the database it will have selected. Must run inside a tokio
     /// runtime: the two tasks are spawned on it.
-    pub(crate) fn start<R, W>(read: R, write: W, db: i64) -> Self
+    ///
+    /// With `gather`, the writer, woken by a request, lets the tasks
+    /// already runnable go first (it wakes itself and goes to the back of
+    /// its worker's queue, once) and then writes what they queued too. A
+    /// client of several nodes wants it: each of its rounds puts one
+    /// request on every node's connection, and under load the writers,
+    /// woken by the first task's requests, would otherwise each write one
+    /// request per system call while the other tasks' requests wait for
+    /// the next (issue 32; BENCHMARKS.md "Gathered writes": at 5 nodes
+    /// c=32, fewer system calls on both sides). With one node it is off:
+    /// there, writing at once keeps the client and Redis working side by
+    /// side on two cores, and gathering measured slower.
+    pub(crate) fn start<R, W>(read: R, write: W, db: i64, gather: bool) -> Self
     where
         R: AsyncRead + Unpin + Send + 'static,
         W: AsyncWrite + Unpin + Send + 'static,
@@ -178,7 +191,7 @@ impl Pipelined {
             queue: Mutex::new(Queue::default()),
         });
         let reader = tokio::spawn(read_replies(Arc::clone(&shared), read));
-        let writer = tokio::spawn(write_requests(Arc::clone(&shared), write));
+        let writer = tokio::spawn(write_requests(Arc::clone(&shared), write, gather));
         Pipelined {
             _tasks: Arc::new(Tasks {
                 shared: Arc::clone(&shared),
@@ -195,8 +208,8 @@ impl Pipelined {
     /// Sends `cmd` and waits for its reply: the trait's
     /// `req_packed_command` without the boxed future (one allocation per
     /// request less, issue 32), for `Link::query`.
-    pub(crate) async fn request(&self, cmd: &Cmd) -> RedisResult<Value> {
-        let rx = self.enqueue(0, None, |out| cmd.write_packed_command(out))?;
+    pub(crate) async fn request<R: Outgoing + ?Sized>(&self, req: &R) -> RedisResult<Value> {
+        let rx = self.enqueue(0, None, |out| req.write_packed(out))?;
         match answer(rx).await? {
             Reply::One(value) => value.extract_error(),
             // Never: a single command is queued for one reply.
@@ -270,19 +283,42 @@ impl redis::aio::ConnectionLike for Pipelined {
 
 /// Writes whatever requests accumulated, in one piece, until the
 /// connection ends.
-async fn write_requests<W: AsyncWrite + Unpin>(shared: Arc<Shared>, mut socket: W) {
+async fn write_requests<W: AsyncWrite + Unpin>(shared: Arc<Shared>, mut socket: W, gather: bool) {
     let mut batch = Vec::new();
     loop {
+        if gather {
+            // Until there is something to write; then one turn at the back
+            // of the worker's queue, so that the tasks woken with the one
+            // that woke us queue theirs (a self-wake goes to the back of
+            // the queue without polling the I/O driver, which
+            // `tokio::task::yield_now` does: measured slower).
+            poll_fn(|cx| {
+                let mut queue = shared.lock();
+                if queue.broken.is_some() || !queue.out.is_empty() {
+                    return Poll::Ready(());
+                }
+                park(&mut queue, cx.waker());
+                Poll::Pending
+            })
+            .await;
+            let mut turned = false;
+            poll_fn(|cx| {
+                if turned {
+                    return Poll::Ready(());
+                }
+                turned = true;
+                cx.waker().wake_by_ref();
+                Poll::Pending
+            })
+            .await;
+        }
         let more = poll_fn(|cx| {
             let mut queue = shared.lock();
             if queue.broken.is_some() {
                 return Poll::Ready(false);
             }
             if queue.out.is_empty() {
-                match &queue.writer {
-                    Some(w) if w.will_wake(cx.waker()) => {}
-                    _ => queue.writer = Some(cx.waker().clone()),
-                }
+                park(&mut queue, cx.waker());
                 return Poll::Pending;
             }
             std::mem::swap(&mut batch, &mut queue.out);
@@ -301,6 +337,14 @@ async fn write_requests<W: AsyncWrite + Unpin>(shared: Arc<Shared>, mut socket: 
             // After a stall's backlog: not kept for the connection's life.
             batch = Vec::new();
         }
+    }
+}
+
+/// The writer sleeps until a request wakes it.
+fn park(queue: &mut Queue, waker: &Waker) {
+    match &queue.writer {
+        Some(w) if w.will_wake(waker) => {}
+        _ => queue.writer = Some(waker.clone()),
     }
 }
 
@@ -362,13 +406,18 @@ mod tests {
 
     use super::*;
     use redis::aio::ConnectionLike;
+    use std::time::Duration;
     use tokio::io::{AsyncBufReadExt, BufReader};
     use tokio::net::UnixStream;
 
     fn pair() -> (Pipelined, BufReader<UnixStream>) {
+        pair_gathering(false)
+    }
+
+    fn pair_gathering(gather: bool) -> (Pipelined, BufReader<UnixStream>) {
         let (ours, theirs) = UnixStream::pair().unwrap();
         let (r, w) = ours.into_split();
-        (Pipelined::start(r, w, 0), BufReader::new(theirs))
+        (Pipelined::start(r, w, 0, gather), BufReader::new(theirs))
     }
 
     /// Reads one packed command (`*n` then n bulk strings) the client sent.
@@ -415,7 +464,13 @@ mod tests {
 
     #[tokio::test]
     async fn requests_go_out_in_the_order_of_their_first_poll() {
-        let (conn, mut server) = pair();
+        for gather in [false, true] {
+            in_the_order_of_their_first_poll(gather).await;
+        }
+    }
+
+    async fn in_the_order_of_their_first_poll(gather: bool) {
+        let (conn, mut server) = pair_gathering(gather);
         let cmds: Vec<Cmd> = (0..50).map(|i| redis::cmd("ECHO").arg(i).clone()).collect();
         let mut conns: Vec<Pipelined> = (0..50).map(|_| conn.clone()).collect();
         let mut futures: Vec<_> = conns
@@ -514,5 +569,50 @@ mod tests {
         )
         .await;
         assert!(matches!(read, Ok(Ok(0))), "{read:?}");
+    }
+
+    /// The gathering writer (a client of several nodes) still writes a
+    /// lone request with nothing else to run (c=1: the self-wake brings
+    /// it back), and a burst from many tasks comes out whole and in
+    /// order, each reply to its own request.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_gathering_writer_sends_a_lone_request_and_a_burst_from_many_tasks() {
+        let (conn, mut server) = pair_gathering(true);
+        let lone = tokio::spawn({
+            let conn = conn.clone();
+            async move { conn.request(&redis::cmd("PING")).await }
+        });
+        let written = tokio::time::timeout(Duration::from_secs(10), command(&mut server)).await;
+        assert_eq!(written.expect("the lone request is written"), ["PING"]);
+        server.get_mut().write_all(b"+PONG\r\n").await.unwrap();
+        let pong = tokio::time::timeout(Duration::from_secs(10), lone).await;
+        assert_eq!(
+            pong.unwrap().unwrap().unwrap(),
+            Value::SimpleString("PONG".into())
+        );
+        let tasks: Vec<_> = (0..64)
+            .map(|i| {
+                let conn = conn.clone();
+                tokio::spawn(async move { (i, conn.request(redis::cmd("ECHO").arg(i)).await) })
+            })
+            .collect();
+        let mut seen = Vec::new();
+        let mut replies = Vec::new();
+        for _ in 0..64 {
+            let args = command(&mut server).await;
+            assert_eq!(args[0], "ECHO");
+            seen.push(args[1].clone());
+            replies.extend(format!(":{}\r\n", args[1]).into_bytes());
+        }
+        server.get_mut().write_all(&replies).await.unwrap();
+        for task in tasks {
+            let (i, reply) = tokio::time::timeout(Duration::from_secs(10), task)
+                .await
+                .unwrap()
+                .unwrap();
+            assert_eq!(reply.unwrap(), Value::Int(i));
+        }
+        seen.sort_by_key(|s| s.parse::<i64>().unwrap());
+        assert_eq!(seen, (0..64).map(|i| i.to_string()).collect::<Vec<_>>());
     }
 }

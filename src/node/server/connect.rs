@@ -70,7 +70,7 @@ impl Server {
     ) -> Shared<BoxFuture<'static, ConnectResult>> {
         let generation = inner.next_generation;
         inner.next_generation += 1;
-        let (client, shard) = (self.client.clone(), self.shard);
+        let (client, shard, gather) = (self.client.clone(), self.shard, self.gathers());
         let sentinel = self.sentinel.clone();
         let timeout = self.timeouts.connect;
         // The future holds a Weak: the node owns the future (in its state), so
@@ -79,7 +79,7 @@ impl Server {
         let fut = async move {
             let result = match tokio::time::timeout(
                 timeout,
-                reach(&client, sentinel.as_deref(), timeout, shard),
+                reach(&client, sentinel.as_deref(), timeout, shard, gather),
             )
             .await
             {
@@ -206,12 +206,13 @@ pub(super) async fn reach(
     sentinel: Option<&Sentinel>,
     timeout: Duration,
     shard: bool,
+    gather: bool,
 ) -> Result<(Link, Identity), NodeErrorKind> {
     let Some(sentinel) = sentinel else {
-        return handshake(client, timeout, shard).await;
+        return handshake(client, timeout, shard, gather).await;
     };
     let located = sentinel.locate(timeout).await?;
-    let (conn, mut identity) = match handshake(&located.client, timeout, shard).await {
+    let (conn, mut identity) = match handshake(&located.client, timeout, shard, gather).await {
         Err(NodeErrorKind::NotMaster { role }) => return Err(NodeErrorKind::Demoted { role }),
         other => other?,
     };
@@ -231,8 +232,9 @@ pub(super) async fn handshake(
     client: &redis::Client,
     timeout: Duration,
     shard: bool,
+    gather: bool,
 ) -> Result<(Link, Identity), NodeErrorKind> {
-    let connect = link::open(client, timeout);
+    let connect = link::open(client, timeout, gather);
     let conn = match client.get_connection_info().addr() {
         ConnectionAddr::TcpTls { host, port, .. } => {
             // A plain-text server takes the TLS hello for the start of an

@@ -28,6 +28,11 @@ impl Registry {
         })
     }
 
+    /// The client's nodes.
+    pub(crate) fn nodes(&self) -> usize {
+        self.run_ids.lock().unwrap_or_else(|p| p.into_inner()).len()
+    }
+
     /// Records `run_id` for node `index`, unless another node already
     /// claimed it (`Err` names that node). The first node to connect keeps
     /// the identity, so the outcome does not flap between the two URLs.

@@ -16,6 +16,7 @@ use tokio::net::{TcpStream, UnixStream};
 
 use super::classify::classify;
 use crate::error::failure::NodeErrorKind;
+use crate::wire::outgoing::Outgoing;
 use crate::wire::pipelined::Pipelined;
 
 /// Commands that may wait to be written on a redis-rs connection.
@@ -30,10 +31,13 @@ pub(crate) enum Link {
 impl Link {
     /// `cmd.query_async(self)`, without the boxed future of
     /// `ConnectionLike` on our own connection.
-    pub(crate) async fn query(&mut self, cmd: &Cmd) -> redis::RedisResult<Value> {
+    pub(crate) async fn query<R: Outgoing + ?Sized>(
+        &mut self,
+        req: &R,
+    ) -> redis::RedisResult<Value> {
         match self {
-            Link::Redis(c) => cmd.query_async(c).await,
-            Link::Pipelined(c) => c.request(cmd).await,
+            Link::Redis(c) => req.cmd().query_async(c).await,
+            Link::Pipelined(c) => c.request(req).await,
         }
     }
 }
@@ -69,7 +73,14 @@ impl ConnectionLike for Link {
 /// Connects to the server of `client`'s URL and authenticates (`AUTH`
 /// with the URL's user and password, `SELECT` of its database), within
 /// `timeout`; nothing else is sent.
-pub(super) async fn open(client: &redis::Client, timeout: Duration) -> Result<Link, NodeErrorKind> {
+///
+/// `gather`: the writer of our own connection waits one turn of the
+/// scheduler before each write (`Pipelined::start`).
+pub(super) async fn open(
+    client: &redis::Client,
+    timeout: Duration,
+    gather: bool,
+) -> Result<Link, NodeErrorKind> {
     let info = client.get_connection_info();
     let settings = info.redis_settings();
     let plain = settings.protocol() == ProtocolVersion::RESP2;
@@ -82,12 +93,12 @@ pub(super) async fn open(client: &redis::Client, timeout: Duration) -> Result<Li
                 .set_nodelay(info.tcp_settings().nodelay())
                 .map_err(io_failed)?;
             let (read, write) = socket.into_split();
-            Link::Pipelined(Pipelined::start(read, write, settings.db()))
+            Link::Pipelined(Pipelined::start(read, write, settings.db(), gather))
         }
         ConnectionAddr::Unix(path) if plain => {
             let socket = connect(UnixStream::connect(path), timeout).await?;
             let (read, write) = socket.into_split();
-            Link::Pipelined(Pipelined::start(read, write, settings.db()))
+            Link::Pipelined(Pipelined::start(read, write, settings.db(), gather))
         }
         _ => {
             // Our own deadline bounds every call, so the driver's response

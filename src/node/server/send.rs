@@ -13,6 +13,7 @@ use super::options::{Settled, Vote};
 use super::state::{Connected, Server, State};
 use crate::error::failure::NodeErrorKind;
 use crate::node::restart;
+use crate::wire::outgoing::Outgoing;
 use crate::wire::scripts::Script;
 
 impl Server {
@@ -23,10 +24,10 @@ impl Server {
     /// `through_stall` sends even to a server marked stalled (releases: the
     /// command they follow may be queued there). The caller bounds the
     /// wait; dropping the future abandons it.
-    pub(crate) async fn run_script_prepared(
+    pub(crate) async fn run_script_prepared<R: Outgoing + ?Sized>(
         &self,
         script: &Script,
-        evalsha: &Cmd,
+        evalsha: &R,
         settled: &Settled,
         through_stall: bool,
         vote: Option<Vote>,
@@ -57,11 +58,11 @@ impl Server {
             .await
     }
 
-    pub(super) async fn send_script(
+    pub(super) async fn send_script<R: Outgoing + ?Sized>(
         &self,
         connected: &Connected,
         script: &Script,
-        evalsha: &Cmd,
+        evalsha: &R,
         settled: &Settled,
     ) -> Result<Value, NodeErrorKind> {
         let mut conn = connected.conn.clone();
@@ -87,7 +88,7 @@ impl Server {
                 // the third to answer without the script, and so without
                 // any extend, for the life of the lease (a watchdog test
                 // found its key expired on one of three nodes).
-                conn.query(&script.eval_of(evalsha)).await
+                conn.query(&script.eval_of(evalsha.cmd())).await
             }
             other => other,
         };
@@ -99,7 +100,7 @@ impl Server {
     /// for releases, which a cluster routes as plain commands too).
     pub(crate) async fn run_command(
         &self,
-        cmd: &Cmd,
+        cmd: &dyn Outgoing,
         settled: &Settled,
         through_stall: bool,
         vote: Option<Vote>,
@@ -251,7 +252,7 @@ impl Server {
 /// What [`Server::run_request`] sends.
 #[derive(Clone, Copy)]
 pub(super) enum Request<'a> {
-    Cmd(&'a Cmd),
+    Cmd(&'a dyn Outgoing),
     Pipe(&'a Pipeline),
 }
 
@@ -270,7 +271,7 @@ impl Sent<'_> {
             _ => String::from("a command"),
         };
         match self {
-            Sent::Request(Request::Cmd(cmd)) => first(cmd),
+            Sent::Request(Request::Cmd(cmd)) => first(cmd.cmd()),
             Sent::Request(Request::Pipe(pipe)) => {
                 pipe.cmd_iter().map(first).collect::<Vec<_>>().join("/")
             }

@@ -59,13 +59,16 @@ impl Server {
         inner.next_replacement = now + self.timeouts.connect;
         let (old_generation, mut old_conn) = (old.generation, old.conn.clone());
         let (client, timeout, me) = (self.client.clone(), self.timeouts.connect, self.me.clone());
-        let (shard, sentinel) = (self.shard, self.sentinel.clone());
+        let (shard, sentinel, gather) = (self.shard, self.sentinel.clone(), self.gathers());
         runtime.spawn(async move {
             let token = format!("redfence-{:016x}", rand::random::<u64>());
             let mut ping = redis::cmd("PING");
             ping.arg(&token);
             let (fresh, echo) = futures::future::join(
-                tokio::time::timeout(timeout, reach(&client, sentinel.as_deref(), timeout, shard)),
+                tokio::time::timeout(
+                    timeout,
+                    reach(&client, sentinel.as_deref(), timeout, shard, gather),
+                ),
                 tokio::time::timeout(timeout, ping.query_async::<Value>(&mut old_conn)),
             )
             .await;

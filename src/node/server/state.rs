@@ -228,6 +228,12 @@ impl Server {
         self.verdict(&connected, vote) == restart::Verdict::Votes
     }
 
+    /// Whether this server's connection gathers a round's requests before
+    /// each write: when the client has several nodes (`Pipelined::start`).
+    pub(super) fn gathers(&self) -> bool {
+        self.registry.nodes() > 1
+    }
+
     pub(super) fn lock_inner(&self) -> std::sync::MutexGuard<'_, Inner> {
         // Nothing panics while holding this lock; recover from poison anyway
         // rather than propagate a panic into the caller.
