@@ -250,6 +250,21 @@ async fn fair_wait(
             Err(failure) => early = Some(failure),
         }
     }
+    // Refused, or this client's other tasks wait: the rest of the wait,
+    // boxed (issue 32: its state stays out of the future of every
+    // uncontended `acquire`, which is moved several times per cycle).
+    Box::pin(queued_wait(shared, target, retry, started, early)).await
+}
+
+/// [`fair_wait`] from the place in the queue on; `early`: the first
+/// attempt's refusal, if it made one.
+async fn queued_wait(
+    shared: &Arc<Shared>,
+    target: &Target,
+    retry: &Retry,
+    started: Instant,
+    mut early: Option<QuorumFailure>,
+) -> Result<Result<(Grant, u32), QuorumFailure>, HomeLost> {
     // The client's tag first: the home's release publishes the ticket on
     // the channel of the client it names (`resource::fair_channels`).
     // With pre-grants, the TTL the home's release sets when it pre-grants
