@@ -709,7 +709,18 @@ fn rw_worker() {
                     let w = u8::from(mode == RwMode::Write);
                     println!("HOLD {w} {from} {to} {token}");
                     guard.release().await;
-                    tokio::time::sleep(ms(rand::random_range(0..20))).await;
+                    // A writer rests longer between its holds: writers go
+                    // first (a waiting writer holds new readers back), and
+                    // with three of them back to back the readers got in
+                    // rarely, one at a time under a loaded CI (13-48 reads
+                    // to 118-229 writes in 4 s beside three busy loops,
+                    // and, in one CI run and one full local run, no two
+                    // readers together; with the
+                    // rest, 28-41 reads to 78-87 writes, 5-6 readers at
+                    // once). The writers still contend with each other
+                    // and with the readers.
+                    let rest = if mode == RwMode::Write { 20..60 } else { 0..20 };
+                    tokio::time::sleep(ms(rand::random_range(rest))).await;
                 }
             }));
         }
@@ -785,7 +796,11 @@ fn processes_of_readers_and_writers_never_overlap_a_writer() {
     );
     let (overlaps, most) = check(&history);
     assert!(overlaps.is_empty(), "{overlaps:?}");
-    assert!(most > 1, "readers never overlapped");
+    assert!(
+        most > 1,
+        "readers never overlapped ({writes} writes, {} reads)",
+        history.len() - writes
+    );
     // In grant order: a write above everything before it.
     tokens.sort_unstable_by_key(|t| t.0);
     let mut highest = 0;
