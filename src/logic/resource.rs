@@ -275,20 +275,24 @@ pub(crate) fn ticket(tag: &str, handover_ttl_ms: Option<u64>) -> Arc<str> {
     })
 }
 
-/// Appends `n` in decimal, without the formatting machinery.
-fn push_decimal(out: &mut String, n: u64) {
-    let mut digits = [0u8; 20];
-    let mut at = digits.len();
-    let mut rest = n;
+/// `n` in decimal, in the end of `buf`, without the formatting machinery.
+pub(crate) fn decimal(mut n: u64, buf: &mut [u8; 20]) -> &[u8] {
+    let mut at = buf.len();
     loop {
         at -= 1;
-        digits[at] = b'0' + (rest % 10) as u8;
-        rest /= 10;
-        if rest == 0 {
+        buf[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
             break;
         }
     }
-    for &d in &digits[at..] {
+    &buf[at..]
+}
+
+/// Appends `n` in decimal.
+fn push_decimal(out: &mut String, n: u64) {
+    let mut digits = [0u8; 20];
+    for &d in decimal(n, &mut digits) {
         out.push(char::from(d));
     }
 }

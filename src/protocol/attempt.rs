@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use redis::{Pipeline, Value};
 
 use crate::error::failure::{NodeErrorKind, Phase, QuorumFailure};
-use crate::logic::fence::clock_seed;
+use crate::logic::fence::{clock_seed, SEEDED_FROM};
 use crate::logic::resource::lock_value;
 use crate::logic::validity::later;
 use crate::node::Settled;
@@ -27,6 +27,7 @@ use crate::wire::commands::{
 };
 use crate::wire::outgoing::{Outgoing, PackedOnce};
 use crate::wire::scripts::ACQUIRE;
+use crate::wire::transacted::Transacted;
 
 /// The acquire as sent to each node.
 enum Acquire {
@@ -37,6 +38,9 @@ enum Acquire {
     /// every node (`Script::eval_of` derives the `EVAL` after a
     /// `NOSCRIPT`).
     Fenced(PackedOnce),
+    /// A first attempt's fenced acquire: on our own connections the
+    /// transaction, elsewhere the script (`wire::transacted`).
+    Transacted(Transacted),
 }
 
 /// The parser of an acquire's reply: the node's new fence (0 without
@@ -133,6 +137,24 @@ pub(crate) async fn attempt_pregranted(
     // The home's own request, when this attempt claims the next turn
     // there: the acquire with the claim key and this client's tag.
     let mut at_home = None;
+    // An attempt from outside the fair queue claims the next turn on the
+    // home (the script, with the claim key and this client's tag).
+    if let (Some(fence_key), Some(reserve), Some(claim), None, None) = (
+        &target.fence,
+        claim,
+        &target.home.claim,
+        &pregranted,
+        handed,
+    ) {
+        let marker = &*target.home.marker;
+        let more = value.len() + 64;
+        let mut home = ACQUIRE.evalsha_keys(&[key, fence_key, claim, marker], more);
+        home.arg(value).arg(ttl_ms).arg(clock_seed());
+        home.arg(if probe { "1" } else { "" }).arg("").arg("");
+        home.arg(&*shared.id_text)
+            .arg(reserve.as_millis().max(1) as u64);
+        at_home = Some((target.home.index, home));
+    }
     // One request per node and the parser of its reply (the node's new
     // fence; 0 without fencing).
     let (request, parse): (Acquire, Parse) = match &target.fence {
@@ -147,36 +169,37 @@ pub(crate) async fn attempt_pregranted(
             Acquire::Pipeline(set_nx_probed(key, value, ttl_ms)),
             parse_probed_set,
         ),
-        // With fencing, the SET NX and the fence's move in one script.
+        // With fencing, the SET NX and the fence's move in one atomic
+        // step: a transaction on our own connections, the script elsewhere
+        // (`wire::transacted`).
+        Some(fence_key) if handed.is_none() && (pregranted.is_none() || credited.is_some()) => (
+            Acquire::Transacted(Transacted::new(
+                held.key.clone(),
+                fence_key.clone(),
+                held.value.clone(),
+                ttl_ms,
+                clock_seed(),
+                probe,
+                nodes,
+            )),
+            parse_fenced,
+        ),
+        // A fair waiter's: the script, which also takes the keys handed
+        // over or pre-granted to it.
         Some(fence_key) => {
             // Built once for every node; numbers go in without a `String`.
             let more = value.len() + handed.map_or(0, str::len) + 48;
             let mut evalsha = ACQUIRE.evalsha_keys(&[key, fence_key], more);
             evalsha.arg(value).arg(ttl_ms).arg(clock_seed());
+            // The home holds the key for this value already: it says yes
+            // again, with a fresh TTL.
             let own = pregranted.is_some() && credited.is_none();
+            evalsha
+                .arg(if probe { "1" } else { "" })
+                .arg(if own { "1" } else { "" });
             if let Some(handed) = handed {
                 // The released holder's keys count as free.
-                evalsha
-                    .arg(if probe { "1" } else { "" })
-                    .arg(if own { "1" } else { "" })
-                    .arg(handed);
-            } else if own {
-                // The home holds the key for this value already: it says
-                // yes again, with a fresh TTL.
-                evalsha.arg(if probe { "1" } else { "" }).arg(1);
-            } else if probe {
-                evalsha.arg(1);
-            }
-            if let (Some(reserve), Some(claim), None, None) =
-                (claim, &target.home.claim, &pregranted, handed)
-            {
-                let marker = &*target.home.marker;
-                let mut home = ACQUIRE.evalsha_keys(&[key, fence_key, claim, marker], more);
-                home.arg(value).arg(ttl_ms).arg(clock_seed());
-                home.arg(if probe { "1" } else { "" }).arg("").arg("");
-                home.arg(&*shared.id_text)
-                    .arg(reserve.as_millis().max(1) as u64);
-                at_home = Some((target.home.index, home));
+                evalsha.arg(handed);
             }
             (
                 Acquire::Fenced(PackedOnce::new(evalsha, nodes)),
@@ -210,6 +233,31 @@ pub(crate) async fn attempt_pregranted(
                             .await?
                     }
                     Acquire::Pipeline(pipe) => node.run_pipeline(pipe, &settled, vote).await?,
+                    Acquire::Transacted(tx) => {
+                        let evalsha: &dyn Outgoing = match &home {
+                            Some(home) => &home.1,
+                            None => tx,
+                        };
+                        let reply = node
+                            .run_script_prepared(&ACQUIRE, evalsha, &settled, false, vote)
+                            .await?;
+                        match parse(reply)? {
+                            // The fence was absent or unseeded: the
+                            // transaction cannot seed it. The script, our
+                            // own key counted as granted (re-set with a
+                            // fresh TTL), seeds it and moves it again:
+                            // the token comes from one atomic grant and
+                            // move, as always (DESIGN.md, section 6).
+                            fence if fence < SEEDED_FROM => {
+                                let again = tx.again();
+                                let reply = node
+                                    .run_script_prepared(&ACQUIRE, &again, &settled, false, vote)
+                                    .await?;
+                                return parse(reply);
+                            }
+                            fence => return Ok(fence),
+                        }
+                    }
                 };
                 parse(reply)
             }

@@ -122,6 +122,30 @@ pub(crate) fn parse_fenced(reply: Value) -> Result<u64, NodeErrorKind> {
     match reply {
         Value::Int(fence) if fence > 0 => Ok(fence.unsigned_abs()),
         Value::Array(items) => match items.as_slice() {
+            // The transaction's `EXEC` (`wire::transacted`): the `SET`'s
+            // reply and the `INCR`'s. The script's 2^53 check, here.
+            [Value::Okay, Value::Int(fence), ..] if *fence > 0 => {
+                let fence = fence.unsigned_abs();
+                if fence >= EXACT_BELOW {
+                    return Err(past_exact(fence));
+                }
+                Ok(fence)
+            }
+            [Value::Nil, Value::Int(fence)] if *fence > 0 => {
+                Err(NodeErrorKind::HeldByOther { expires_in: None })
+            }
+            [Value::Nil, Value::Int(fence), pttl] if *fence > 0 => Err(held_for(pttl)?),
+            // The `INCR` failed (not a number, past `i64::MAX`): its error.
+            [Value::Okay | Value::Nil, error @ Value::ServerError(_), ..] => {
+                Err(NodeErrorKind::Redis(Arc::new(
+                    error.clone().extract_error().err().unwrap_or_else(|| {
+                        redis::RedisError::from((
+                            redis::ErrorKind::UnexpectedReturnType,
+                            "no error",
+                        ))
+                    }),
+                )))
+            }
             [Value::Int(fence)] if *fence > 0 => {
                 Err(NodeErrorKind::HeldByOther { expires_in: None })
             }
@@ -245,6 +269,19 @@ pub(crate) fn parse_fences(keys: Vec<String>, reply: Value) -> Vec<(String, u64)
             _ => None,
         })
         .collect()
+}
+
+/// Tokens are exact below 2^53: the scripts see numbers as Lua doubles,
+/// and so do JSON's users.
+const EXACT_BELOW: u64 = 1 << 53;
+
+/// The script's error for a fence at 2^53 or past it, for the transaction.
+fn past_exact(fence: u64) -> NodeErrorKind {
+    NodeErrorKind::Redis(Arc::new(redis::RedisError::from((
+        redis::ErrorKind::Server(redis::ServerErrorKind::ResponseError),
+        "fence at 2^53: tokens past it are not exact",
+        format!("the fence moved to {fence}"),
+    ))))
 }
 
 pub(crate) fn unexpected(reply: Value) -> NodeErrorKind {

@@ -205,7 +205,13 @@ pub(crate) fn permission_denied(e: &RedisError, command: &str) -> Option<String>
             None => format!("{what} in a script"),
         });
     }
-    if e.kind() != ErrorKind::Server(ServerErrorKind::NoPerm) && e.code() != Some("NOPERM") {
+    // An `EXEC` refused by the ACL ends its transaction with `EXECABORT`,
+    // the `NOPERM` in its text (Redis 7).
+    let aborted = e.code() == Some("EXECABORT") && e.to_string().contains("NOPERM");
+    if e.kind() != ErrorKind::Server(ServerErrorKind::NoPerm)
+        && e.code() != Some("NOPERM")
+        && !aborted
+    {
         return None;
     }
     let detail = e.detail().unwrap_or_default();
@@ -292,6 +298,21 @@ mod tests {
             None
         );
         assert_eq!(denied(&noperm("x")).as_deref(), Some("run EVALSHA"));
+        // An `EXEC` the ACL refuses: Redis 7.0.15's reply.
+        let aborted = redis::make_extension_error(
+            "EXECABORT".to_owned(),
+            Some(
+                "Transaction discarded because of: NOPERM this user has no permissions to run \
+                 the 'exec' command"
+                    .to_owned(),
+            ),
+        );
+        assert_eq!(denied(&aborted).as_deref(), Some("run EXEC"));
+        let other = redis::make_extension_error(
+            "EXECABORT".to_owned(),
+            Some("Transaction discarded because of previous errors.".to_owned()),
+        );
+        assert_eq!(denied(&other), None);
     }
 
     fn bulk(s: &str) -> Value {

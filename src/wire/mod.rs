@@ -9,3 +9,4 @@ pub(crate) mod pipelined;
 pub(crate) mod probe;
 pub(crate) mod resp;
 pub(crate) mod scripts;
+pub(crate) mod transacted;

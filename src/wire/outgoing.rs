@@ -25,6 +25,12 @@ pub(crate) trait Outgoing: Sync {
 
     /// Appends the command's RESP encoding to `out`.
     fn write_packed(&self, out: &mut Vec<u8>);
+
+    /// Replies to read past before the one kept, on our own connections:
+    /// a transaction's `MULTI` and `QUEUED`s (`wire::transacted`).
+    fn skip(&self) -> usize {
+        0
+    }
 }
 
 impl Outgoing for Cmd {
@@ -45,6 +51,10 @@ impl<T: Outgoing + Send + ?Sized> Outgoing for Arc<T> {
 
     fn write_packed(&self, out: &mut Vec<u8>) {
         (**self).write_packed(out);
+    }
+
+    fn skip(&self) -> usize {
+        (**self).skip()
     }
 }
 

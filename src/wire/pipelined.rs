@@ -78,6 +78,8 @@ struct Waiting {
     /// A server error among the skipped replies (a transaction's queued
     /// command refused: its code is more useful than `EXECABORT`).
     refused: Option<Value>,
+    /// A transaction: it skips its `MULTI` and `QUEUED` replies.
+    transaction: bool,
     reply: Option<oneshot::Sender<RedisResult<Reply>>>,
 }
 
@@ -127,6 +129,27 @@ impl Queue {
         }
     }
 
+    /// Reads past the statuses at the start of `buf` that the oldest
+    /// request skips (a transaction's `OK` and `QUEUED`s), without
+    /// building them; how many bytes they took. Stops at anything else
+    /// (an error is kept: [`Queue::deliver`]) or at a partial line.
+    fn skip_statuses(&mut self, buf: &[u8]) -> usize {
+        let Some(waiting) = self.waiting.front_mut() else {
+            return 0;
+        };
+        let mut at = 0;
+        while waiting.skip > 0 {
+            match resp::status_len(&buf[at..]) {
+                Some(len) => {
+                    at += len;
+                    waiting.skip -= 1;
+                }
+                None => break,
+            }
+        }
+        at
+    }
+
     /// The next reply from the server, to the oldest request waiting.
     fn deliver(&mut self, value: Value) -> Result<(), &'static str> {
         let Some(waiting) = self.waiting.front_mut() else {
@@ -139,6 +162,15 @@ impl Queue {
             }
             return Ok(());
         }
+        // A transaction's `EXEC` answered by an error that does not end
+        // the transaction could leave the connection inside `MULTI`, where
+        // every later command would only be queued: the connection is
+        // given up once this reply is out. Redis 7 ends it on any refusal
+        // of `EXEC` (`EXECABORT`, the ACL's `NOPERM` in its text); "EXEC
+        // without MULTI" had none to end.
+        let stuck = waiting.transaction
+            && matches!(&value, Value::ServerError(e)
+                if e.code() != "EXECABORT" && !e.details().unwrap_or_default().contains("without MULTI"));
         let done = match waiting.keep {
             None => Some(Reply::One(value)),
             Some(keep) => {
@@ -157,6 +189,9 @@ impl Queue {
                 // the same, and thrown away.
                 let _ = reply.send(result);
             }
+        }
+        if stuck {
+            return Err("EXEC refused: the connection may still be inside MULTI");
         }
         Ok(())
     }
@@ -209,8 +244,12 @@ impl Pipelined {
     /// `req_packed_command` without the boxed future (one allocation per
     /// request less, issue 32), for `Link::query`.
     pub(crate) async fn request<R: Outgoing + ?Sized>(&self, req: &R) -> RedisResult<Value> {
-        let rx = self.enqueue(0, None, |out| req.write_packed(out))?;
+        let skip = req.skip();
+        let rx = self.enqueue(skip, None, |out| req.write_packed(out))?;
         match answer(rx).await? {
+            // A transaction's `EXEC`: an error inside it is its reader's
+            // to read (redis-rs's `extract_error` would rebuild the array).
+            Reply::One(value @ Value::Array(_)) if skip > 0 => Ok(value),
             Reply::One(value) => value.extract_error(),
             // Never: a single command is queued for one reply.
             Reply::Many(_) => Err(broken(io::ErrorKind::InvalidData, "one reply expected")),
@@ -235,6 +274,7 @@ impl Pipelined {
                 keep,
                 kept: Vec::new(),
                 refused: None,
+                transaction: skip > 0,
                 reply: Some(tx),
             });
             queue.writer.take()
@@ -380,6 +420,7 @@ async fn read_replies<R: AsyncRead + Unpin>(shared: Arc<Shared>, mut socket: R) 
         }
         let mut queue = shared.lock();
         loop {
+            parsed += queue.skip_statuses(&buf[parsed..]);
             match resp::parse(&buf[parsed..]) {
                 Ok(Some((value, used))) => {
                     parsed += used;
@@ -555,6 +596,73 @@ mod tests {
             script.unwrap_err().kind(),
             redis::ErrorKind::Server(redis::ServerErrorKind::NoScript)
         );
+    }
+
+    /// A request that skips replies (the fenced acquire's transaction)
+    /// gets its `EXEC` reply whole, however the statuses before it arrive
+    /// (here a byte at a time); a queued command refused is its error; and
+    /// an `EXEC` refused by itself (the connection would stay inside
+    /// `MULTI`) gives the connection up, the requests behind it failing
+    /// rather than reading `QUEUED`s.
+    #[tokio::test]
+    async fn a_transaction_reads_past_its_statuses_and_a_refused_exec_ends_the_connection() {
+        let (conn, mut server) = pair();
+        let tx = crate::wire::transacted::Transacted::new(
+            Arc::from("k"),
+            Arc::from("f"),
+            Arc::from("v"),
+            1000,
+            7,
+            false,
+            1,
+        );
+        let serve = async {
+            for _ in 0..4 {
+                command(&mut server).await;
+            }
+            for byte in b"+OK\r\n+QUEUED\r\n+QUEUED\r\n*2\r\n+OK\r\n:42\r\n" {
+                server.get_mut().write_all(&[*byte]).await.unwrap();
+                tokio::task::yield_now().await;
+            }
+            for _ in 0..4 {
+                command(&mut server).await;
+            }
+            server
+                .get_mut()
+                .write_all(
+                    b"+OK\r\n-NOPERM no INCR\r\n+QUEUED\r\n-EXECABORT Transaction discarded.\r\n",
+                )
+                .await
+                .unwrap();
+            for _ in 0..4 {
+                command(&mut server).await;
+            }
+            command(&mut server).await;
+            server
+                .get_mut()
+                .write_all(b"+OK\r\n+QUEUED\r\n+QUEUED\r\n-NOPERM no EXEC\r\n+QUEUED\r\n")
+                .await
+                .unwrap();
+        };
+        let run = async {
+            let first = conn.request(&tx).await;
+            let refused = conn.request(&tx).await;
+            let (stuck, behind) = tokio::join!(conn.request(&tx), async {
+                tokio::task::yield_now().await;
+                conn.request(&redis::cmd("PING")).await
+            });
+            (first, refused, stuck, behind)
+        };
+        let ((first, refused, stuck, behind), ()) = tokio::join!(run, serve);
+        assert_eq!(
+            first.unwrap(),
+            Value::Array(vec![Value::Okay, Value::Int(42)])
+        );
+        assert_eq!(refused.unwrap_err().code(), Some("NOPERM"));
+        assert_eq!(stuck.unwrap_err().code(), Some("NOPERM"));
+        assert!(behind.unwrap_err().is_io_error());
+        let later = conn.request(&redis::cmd("PING")).await.unwrap_err();
+        assert!(later.is_io_error(), "{later}");
     }
 
     #[tokio::test]

@@ -23,6 +23,16 @@ pub(crate) fn parse(buf: &[u8]) -> Result<Option<(Value, usize)>, Garbled> {
     Ok(value(buf, &mut at, 0)?.map(|v| (v, at)))
 }
 
+/// The length of the status reply (`+…\r\n`) at the start of `buf`:
+/// `None` when `buf` starts with anything else or with part of one.
+pub(crate) fn status_len(buf: &[u8]) -> Option<usize> {
+    if buf.first() != Some(&b'+') {
+        return None;
+    }
+    let mut at = 1;
+    line(buf, &mut at).map(|_| at)
+}
+
 /// The line starting at `*at` (without its CRLF), moving `*at` past it.
 fn line<'b>(buf: &'b [u8], at: &mut usize) -> Option<&'b [u8]> {
     let rest = &buf[*at..];
@@ -41,6 +51,18 @@ fn integer(text: &[u8]) -> Result<i64, Garbled> {
     };
     if digits.is_empty() || digits.len() > 19 {
         return Err(garbled("an integer", text));
+    }
+    // Up to 18 digits cannot overflow: no checked arithmetic (a fence has
+    // 16, and every reply of a lock's cycle carries integers).
+    if digits.len() <= 18 {
+        let mut n: i64 = 0;
+        for &d in digits {
+            if !d.is_ascii_digit() {
+                return Err(garbled("an integer", text));
+            }
+            n = n * 10 + i64::from(d - b'0');
+        }
+        return Ok(if negative { -n } else { n });
     }
     let mut n: i64 = 0;
     for &d in digits {
@@ -168,6 +190,28 @@ mod tests {
             ])
         );
         assert_eq!(whole(b"*0\r\n"), Value::Array(Vec::new()));
+        // Both sides of the 18-digit fast path, and `i64`'s ends.
+        for n in [
+            999_999_999_999_999_999,
+            1_000_000_000_000_000_000,
+            -999_999_999_999_999_999,
+            i64::MAX,
+            i64::MIN + 1,
+        ] {
+            assert_eq!(whole(format!(":{n}\r\n").as_bytes()), Value::Int(n));
+        }
+    }
+
+    #[test]
+    fn a_status_is_measured_only_when_whole() {
+        assert_eq!(status_len(b"+QUEUED\r\n:1\r\n"), Some(9));
+        assert_eq!(status_len(b"+OK\r\n"), Some(5));
+        for partial in [&b""[..], b"+", b"+QUEUED", b"+QUEUED\r"] {
+            assert_eq!(status_len(partial), None, "{partial:?}");
+        }
+        for other in [&b"-ERR x\r\n"[..], b":1\r\n", b"*1\r\n+OK\r\n"] {
+            assert_eq!(status_len(other), None, "{other:?}");
+        }
     }
 
     #[test]
@@ -219,6 +263,8 @@ mod tests {
             b":12x\r\n",
             b":\r\n",
             b":99999999999999999999\r\n",
+            b":9223372036854775808\r\n",
+            b":1-2\r\n",
             b"$3\r\nabcde\r\n",
             b"$x\r\n",
             b"*1x\r\n",

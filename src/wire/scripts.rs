@@ -201,9 +201,12 @@ impl Script {
 }
 
 /// The fenced acquire (DESIGN.md, section 6): `SET lock value NX PX ttl`,
-/// then `INCR` of the fence of the resource's bucket, seeded first when it
-/// was absent (`INCR` gave 1: `INCRBY` the client's clock seed, so the fence
-/// becomes seed + 1). Returns the new fence when granted, `{fence}` when
+/// then `INCR` of the fence of the resource's bucket, seeded when it was
+/// absent or unseeded (`INCR` gave less than
+/// [`SEEDED_FROM`](crate::logic::fence::SEEDED_FROM): `INCRBY` the
+/// client's clock seed). A first attempt goes as a transaction on our own
+/// connections instead (`wire::transacted`), and as this script
+/// elsewhere, or to seed the fence the transaction could not. Returns the new fence when granted, `{fence}` when
 /// refused, `{fence, PTTL}` when refused and asked for the holder's TTL (a
 /// waiter's retry). A fence at 2^53 or beyond is an error reply: the script
 /// sees numbers as doubles, exact below 2^53 (tokens reach it around the
@@ -311,7 +314,8 @@ pub(crate) fn on_cluster(script: &Script) -> &Script {
 /// else sets this reader's entry (`SET PX`), adds its name to the index
 /// (pruning the names whose keys are gone when asked: one read in 8) and
 /// returns the fence as it stands (the generation seen; seeded
-/// from the clock when absent), or 0 without fencing. Refused: `{0, PTTL
+/// from the clock when absent or unseeded, below
+/// [`SEEDED_FROM`](crate::logic::fence::SEEDED_FROM)), or 0 without fencing. Refused: `{0, PTTL
 /// of what blocks}`.
 ///
 /// KEYS: writer, readers, waiting, entry[, fence]. ARGV: value, ttl ms,
@@ -642,6 +646,35 @@ mod tests {
         assert_eq!(eval, b"4");
     }
 
+    /// Every script that moves a fence seeds one below the floor, not
+    /// only an absent one: a fenced acquire's transaction leaves a fence
+    /// it found absent at 1 (`wire::transacted`), and `INCR` would take
+    /// it on from there.
+    #[test]
+    fn every_script_that_moves_a_fence_seeds_below_the_floor() {
+        let floor = format!("< {}", crate::logic::fence::SEEDED_FROM);
+        for script in [&*ACQUIRE, &*ACQUIRE_ALL, &*RELEASE, &*RW_WRITE, &*RW_READ] {
+            assert!(
+                script.source.contains(&floor),
+                "{}: no {floor}",
+                script.name
+            );
+            assert!(!script.source.contains("f == 1"), "{}", script.name);
+            assert!(
+                script.commands().iter().any(|c| c == "INCRBY"),
+                "{}",
+                script.name
+            );
+        }
+        for script in [&*WRITE_BACK, &*RESEED, &*EXTEND, &*EXTEND_ALL] {
+            assert!(
+                !script.source.contains("INCR"),
+                "{} moves no fence",
+                script.name
+            );
+        }
+    }
+
     #[test]
     fn scripts_know_the_commands_they_run() {
         assert_eq!(
@@ -698,7 +731,7 @@ mod tests {
         assert_eq!(FENCED_READ.commands(), ["HMGET"]);
         assert_eq!(
             RW_READ.commands(),
-            ["MGET", "PTTL", "SMEMBERS", "EXISTS", "DEL", "SREM", "SET", "SADD"]
+            ["MGET", "PTTL", "SMEMBERS", "EXISTS", "DEL", "SREM", "SET", "SADD", "INCRBY"]
         );
         assert_eq!(
             RW_WRITE.commands(),

@@ -545,3 +545,102 @@ async fn fenced_store_errors() {
     let err = store.write("plain-string", b"v", big).await.unwrap_err();
     assert!(matches!(err, StoreError::Backend(_)), "{err}");
 }
+
+/// A first fenced attempt goes as `MULTI`/`SET`/`INCR`/`EXEC` on a plain
+/// connection, and a transaction cannot seed a fence: one it finds absent
+/// comes back as 1 (the control below shows what the transaction alone
+/// answers). Such a value, or one a transaction left below 2^40 when its
+/// client died before seeding, is never a token: the attempt asks again
+/// with the script, and every other script that moves or reads a fence
+/// (the multi-resource acquire, the read-write lock's read and write)
+/// seeds one below 2^40 itself. Every token here is at least the clock
+/// seed of the test's start.
+#[tokio::test]
+async fn an_unseeded_fence_is_never_a_token_on_any_path() {
+    use crate::helpers::{calls, new_client};
+    let cluster = Cluster::start(1);
+    let node = &cluster.nodes[0];
+    let floor = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_micros() as u64;
+    // The control: the transaction on an absent fence.
+    let mut conn = redis::Client::open(node.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let (set, moved): (String, u64) = redis::pipe()
+        .atomic()
+        .cmd("SET")
+        .arg("control:lock")
+        .arg("v")
+        .arg("NX")
+        .arg("PX")
+        .arg(5_000)
+        .cmd("INCR")
+        .arg("control:fence")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(
+        (set.as_str(), moved),
+        ("OK", 1),
+        "what the checker must catch"
+    );
+    assert!(moved < floor);
+
+    let client = new_client(&cluster);
+    let low = |keys: &[String]| {
+        for key in keys {
+            assert_eq!(node.cli(&["SET", key, "3"]), "OK");
+        }
+    };
+    // Absent: the transaction, then the script once.
+    let (execs, scripts) = (calls(node, "exec"), calls(node, "evalsha"));
+    let first = client.try_acquire("fresh", secs(5)).await.unwrap().unwrap();
+    assert!(token(&first) >= floor, "{} < {floor}", token(&first));
+    assert_eq!(calls(node, "exec") - execs, 1);
+    assert_eq!(calls(node, "evalsha") - scripts, 1, "asked again once");
+    let t1 = token(&first);
+    first.release().await;
+    // Seeded: the transaction alone.
+    let scripts = calls(node, "evalsha");
+    let second = client.try_acquire("fresh", secs(5)).await.unwrap().unwrap();
+    assert_eq!(token(&second), t1 + 1);
+    assert_eq!(calls(node, "evalsha"), scripts, "no second request");
+    second.release().await;
+    // Left low by a transaction whose client went away.
+    low(&[fence_key("fresh")]);
+    let third = client.acquire("fresh", secs(5)).await.unwrap();
+    assert!(token(&third) >= floor, "{} < {floor}", token(&third));
+    third.release().await;
+    // The multi-resource acquire.
+    low(&[fence_key("m:a"), fence_key("m:b")]);
+    let both = client
+        .try_lock_all(["m:a", "m:b"], secs(5))
+        .await
+        .unwrap()
+        .unwrap();
+    for t in both.tokens() {
+        assert!(t.unwrap().get() >= floor, "{t:?} < {floor}");
+    }
+    both.release().await;
+    // The read-write lock's write, then its read (the generation seen).
+    let rw = client.rw_lock("doc").unwrap();
+    let every_fence = || -> Vec<String> {
+        let keys = node.cli(&["KEYS", FENCE_KEYS]);
+        keys.lines().map(str::to_owned).collect()
+    };
+    let w = rw.try_write(secs(5)).await.unwrap().unwrap();
+    w.release().await;
+    low(&every_fence());
+    let w = rw.try_write(secs(5)).await.unwrap().unwrap();
+    assert!(w.token().unwrap().get() >= floor, "{:?}", w.token());
+    w.release().await;
+    low(&every_fence());
+    let r = rw.try_read(secs(5)).await.unwrap().unwrap();
+    assert!(r.token().unwrap().get() >= floor, "{:?}", r.token());
+    r.release().await;
+    assert!(eventually(secs(2), || cluster.count_keys(LOCK_KEYS) == vec![0]).await);
+}

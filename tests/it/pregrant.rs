@@ -18,9 +18,14 @@ use crate::helpers::{calls, eventually, fence_key, lock_key, ms, secs, warm_up};
 use crate::support::Cluster;
 use redfence::Client;
 
-/// Scripts (`EVALSHA`) each node of `cluster` has run.
+/// Scripts (`EVALSHA`) and transactions (`EXEC`: a fenced first attempt,
+/// `wire::transacted`) each node of `cluster` has run.
 fn scripts(cluster: &Cluster) -> Vec<u64> {
-    cluster.nodes.iter().map(|n| calls(n, "evalsha")).collect()
+    cluster
+        .nodes
+        .iter()
+        .map(|n| calls(n, "evalsha") + calls(n, "exec"))
+        .collect()
 }
 
 /// The script counts once no node has run one for 100 ms (at most 5 s):
@@ -39,6 +44,10 @@ async fn scripts_at_rest(cluster: &Cluster) -> Vec<u64> {
     }
     last
 }
+
+/// Every fence's value before a handoff: a seeded one (at least 2^40, or
+/// the acquire would seed it from the clock).
+const BASE: u64 = (1 << 41) + 1000;
 
 /// What one handoff from a holder to a named waiter cost and gave.
 struct Handoff {
@@ -61,7 +70,7 @@ struct Handoff {
 
 /// Holder (one client, without the handover) and a queued waiter
 /// (another), on `n` nodes with
-/// every fence at 1000 first (no write-back then: every node's fence moves
+/// every fence at [`BASE`] first (no write-back then: every node's fence moves
 /// in step), the resource homed on node 0; the waiter's retry policy
 /// sleeps 10 s, so only a notice gets it the lock sooner. A round whose
 /// named attempt was refused by a node the holder's release had not
@@ -84,7 +93,7 @@ async fn handoff(n: usize) -> Handoff {
     warm_up(&b, &cluster).await;
     for round in 0..5 {
         for node in &cluster.nodes {
-            node.cli(&["SET", &fence_key(&resource), "1000"]);
+            node.cli(&["SET", &fence_key(&resource), &BASE.to_string()]);
         }
         let holder = a.acquire(&resource, secs(30)).await.unwrap();
         let holder_token = holder.token().unwrap().get();
@@ -162,12 +171,13 @@ async fn a_release_pregrants_the_home_vote_to_the_named_waiter() {
         &h.scripts[1..]
     );
     // The waiter's first, refused attempt moved every fence once more.
-    assert_eq!(h.holder_token, 1001);
+    assert_eq!(h.holder_token, BASE + 1);
     assert_eq!(
-        h.waiter_token, 1003,
+        h.waiter_token,
+        BASE + 3,
         "the token is the home's pre-granted fence"
     );
-    assert_eq!(h.home_fence, 1003);
+    assert_eq!(h.home_fence, BASE + 3);
     // The home and a majority hold the waiter's one value. The third node
     // may hold nothing: on a loaded machine the waiter's acquire can reach
     // it before the holder's release does, be refused there, and the lock
@@ -203,7 +213,7 @@ async fn on_one_node_the_named_waiter_sends_no_acquire() {
         h.scripts,
         h.home_release
     );
-    assert_eq!((h.holder_token, h.waiter_token), (1001, 1003));
+    assert_eq!((h.holder_token, h.waiter_token), (BASE + 1, BASE + 3));
     assert!(h.after < secs(5), "woken {:?} after the release", h.after);
 }
 

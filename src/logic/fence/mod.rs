@@ -97,6 +97,16 @@ pub(crate) fn next_fence(fence: u64) -> u64 {
     fence.saturating_add(1)
 }
 
+/// The floor of a seeded fence, 2^40: a fence below it was absent, or was
+/// moved by a fenced acquire's transaction (`wire::transacted`), which
+/// cannot seed, and never seeded since. Its value is never a token: every
+/// script that moves a fence seeds one below this floor (`INCRBY` the
+/// clock seed, as for an absent one), and an attempt whose transaction
+/// returned one asks that node again with the script. The clock seed is
+/// above it since 1970-01-13 (microseconds), and a seeded fence only grows.
+/// The Lua scripts spell it `1099511627776`.
+pub(crate) const SEEDED_FROM: u64 = 1 << 40;
+
 /// The seed of a fence the acquire finds absent, and the floor of a
 /// re-seed that could not read enough nodes:
 /// this machine's wall clock in microseconds since the Unix epoch. The only

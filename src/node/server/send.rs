@@ -9,6 +9,7 @@ use std::time::Instant;
 use redis::{Cmd, ErrorKind, Pipeline, RedisError, ServerErrorKind, Value};
 
 use super::classify::classify;
+use super::link::Link;
 use super::options::{Settled, Vote};
 use super::state::{Connected, Server, State};
 use crate::error::failure::NodeErrorKind;
@@ -92,7 +93,13 @@ impl Server {
             }
             other => other,
         };
-        self.finish(connected.generation, reply, Sent::Script(script))
+        // On our own connections a request that skips replies went as the
+        // script's transaction (`wire::transacted`): errors name that.
+        let sent = match &connected.conn {
+            Link::Pipelined(_) if evalsha.skip() > 0 => Sent::Transaction(script),
+            _ => Sent::Script(script),
+        };
+        self.finish(connected.generation, reply, sent)
     }
 
     /// Runs a plain command; see
@@ -261,6 +268,8 @@ pub(super) enum Request<'a> {
 pub(super) enum Sent<'a> {
     Request(Request<'a>),
     Script(&'a Script),
+    /// The transaction that stands for a script on our own connections.
+    Transaction(&'a Script),
 }
 
 impl Sent<'_> {
@@ -276,6 +285,7 @@ impl Sent<'_> {
                 pipe.cmd_iter().map(first).collect::<Vec<_>>().join("/")
             }
             Sent::Script(script) => format!("EVALSHA of the {} script", script.name),
+            Sent::Transaction(script) => format!("the {} transaction (MULTI/EXEC)", script.name),
         }
     }
 }

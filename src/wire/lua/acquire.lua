@@ -38,7 +38,8 @@ if claimant ~= '' then
   end
 end
 local f = redis.call('INCR', KEYS[2])
-if f == 1 then
+-- Below 2^40: absent, or left unseeded by a fenced acquire's transaction.
+if f < 1099511627776 then
   f = redis.call('INCRBY', KEYS[2], ARGV[3])
 end
 if f >= 9007199254740992 then

@@ -29,7 +29,8 @@ local reply = {0}
 if fenced then
   for i = n + 1, #KEYS do
     local f = redis.call('INCR', KEYS[i])
-    if f == 1 then
+    -- Below 2^40: absent or unseeded (see acquire.lua).
+    if f < 1099511627776 then
       f = redis.call('INCRBY', KEYS[i], ARGV[3])
     end
     reply[#reply + 1] = f

@@ -92,7 +92,8 @@ if subs[4] > 0 then
     if ttl and (own or redis.call('PUBSUB', 'NUMSUB', channel)[2] > 0)
         and redis.call('SET', KEYS[1], tag .. ':' .. rest .. ':' .. ARGV[2], 'NX', 'PX', ttl) then
       local f = redis.call('INCR', KEYS[4])
-      if f == 1 then
+      -- Below 2^40: absent or unseeded (see acquire.lua).
+      if f < 1099511627776 then
         f = redis.call('INCRBY', KEYS[4], ARGV[5])
       end
       if f < 9007199254740992 then

@@ -34,11 +34,10 @@ if not KEYS[5] then
   return 0
 end
 -- The generation seen: the fence as it is, seeded from the clock when
--- absent (as the acquire's INCR would).
+-- absent or below 2^40 (as the acquire's INCR would).
 local f = got[3]
-if not f then
-  redis.call('SET', KEYS[5], ARGV[3])
-  f = ARGV[3]
+if not f or (tonumber(f) or 1099511627776) < 1099511627776 then
+  f = redis.call('INCRBY', KEYS[5], ARGV[3])
 end
 f = tonumber(f)
 if not f or f >= 9007199254740992 then

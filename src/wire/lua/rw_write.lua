@@ -46,7 +46,8 @@ if not KEYS[4] then
   return 0
 end
 local f = redis.call('INCR', KEYS[4])
-if f == 1 then
+-- Below 2^40: absent or unseeded (see acquire.lua).
+if f < 1099511627776 then
   f = redis.call('INCRBY', KEYS[4], ARGV[3])
 end
 if f >= 9007199254740992 then
