@@ -26,7 +26,7 @@ use crate::wire::commands::{
     parse_fenced, parse_held, parse_probed_set, parse_set, pttl, set_nx, set_nx_probed,
 };
 use crate::wire::outgoing::{Outgoing, PackedOnce};
-use crate::wire::scripts::ACQUIRE;
+use crate::wire::scripts::{ACQUIRE, SEED};
 use crate::wire::transacted::Transacted;
 
 /// The acquire as sent to each node.
@@ -250,10 +250,31 @@ pub(crate) async fn attempt_pregranted(
                             // move, as always (DESIGN.md, section 6).
                             fence if fence < SEEDED_FROM => {
                                 let again = tx.again();
-                                let reply = node
+                                return match node
                                     .run_script_prepared(&ACQUIRE, &again, &settled, false, vote)
-                                    .await?;
-                                return parse(reply);
+                                    .await
+                                {
+                                    Ok(reply) => parse(reply),
+                                    // The round decided first: no vote is
+                                    // wanted (and no late grant may land),
+                                    // but the fence is seeded all the same,
+                                    // so that this node stays level with
+                                    // the others (no write-back later).
+                                    Err(NodeErrorKind::Skipped) => {
+                                        let seed = tx.seed_only();
+                                        let _ = node
+                                            .run_script_prepared(
+                                                &SEED,
+                                                &seed,
+                                                &Settled::NEVER,
+                                                true,
+                                                None,
+                                            )
+                                            .await;
+                                        Err(NodeErrorKind::Skipped)
+                                    }
+                                    Err(e) => Err(e),
+                                };
                             }
                             fence => return Ok(fence),
                         }

@@ -115,9 +115,15 @@ pub(crate) fn parse_set(reply: Value) -> Result<(), NodeErrorKind> {
     }
 }
 
-/// The fenced acquire script's reply: the node's new fence when granted
+/// The fenced acquire's reply, from the script or from the transaction
+/// (`wire::transacted`). The script's: the node's new fence when granted
 /// (an integer); `{fence}` or `{fence, PTTL}` when the `SET NX` found
-/// another owner (`HeldByOther`, with the holder's TTL when probed).
+/// another owner (`HeldByOther`, with the holder's TTL when probed). The
+/// transaction's `EXEC`: `[OK, fence(, PTTL)]` granted, `[nil, fence(,
+/// PTTL)]` held by another owner; a fence at 2^53 or past it, or an
+/// `INCR` that failed, is the node's error, as the script's would be. A
+/// granted fence below [`SEEDED_FROM`](crate::logic::fence::SEEDED_FROM)
+/// is returned as it is: the caller asks again (`protocol::attempt`).
 pub(crate) fn parse_fenced(reply: Value) -> Result<u64, NodeErrorKind> {
     match reply {
         Value::Int(fence) if fence > 0 => Ok(fence.unsigned_abs()),
@@ -295,6 +301,61 @@ pub(crate) fn unexpected(reply: Value) -> NodeErrorKind {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Both shapes of the fenced acquire's reply: the script's and the
+    /// transaction's `EXEC`, granted, refused (with the holder's TTL when
+    /// probed), and the errors a wrong fence gives.
+    #[test]
+    fn the_fenced_reply_of_the_script_and_of_the_transaction() {
+        let f = 1_796_000_000_000_001i64;
+        assert_eq!(parse_fenced(Value::Int(f)).unwrap(), f as u64);
+        for granted in [
+            vec![Value::Okay, Value::Int(f)],
+            vec![Value::Okay, Value::Int(f), Value::Int(-2)],
+        ] {
+            assert_eq!(parse_fenced(Value::Array(granted)).unwrap(), f as u64);
+        }
+        let held = |items: Vec<Value>| parse_fenced(Value::Array(items)).unwrap_err();
+        for refused in [vec![Value::Int(f)], vec![Value::Nil, Value::Int(f)]] {
+            assert!(matches!(
+                held(refused),
+                NodeErrorKind::HeldByOther { expires_in: None }
+            ));
+        }
+        for probed in [
+            vec![Value::Int(f), Value::Int(1500)],
+            vec![Value::Nil, Value::Int(f), Value::Int(1500)],
+        ] {
+            assert!(matches!(
+                held(probed),
+                NodeErrorKind::HeldByOther { expires_in: Some(d) } if d == Duration::from_millis(1500)
+            ));
+        }
+        // Unseeded: returned as it is, for the caller to ask again.
+        assert_eq!(
+            parse_fenced(Value::Array(vec![Value::Okay, Value::Int(1)])).unwrap(),
+            1
+        );
+        // The node error and its source, as a report shows them.
+        let said = |e: &NodeErrorKind| {
+            let source = std::error::Error::source(e).map(ToString::to_string);
+            format!("{e}: {}", source.unwrap_or_default())
+        };
+        let past = held(vec![Value::Okay, Value::Int(1 << 53)]);
+        assert!(matches!(past, NodeErrorKind::Redis(_)), "{past:?}");
+        assert!(said(&past).contains("2^53"), "{}", said(&past));
+        let overflow = crate::wire::resp::parse(b"-ERR increment or decrement would overflow\r\n")
+            .unwrap()
+            .unwrap()
+            .0;
+        let e = held(vec![Value::Okay, overflow]);
+        assert!(matches!(e, NodeErrorKind::Redis(_)), "{e:?}");
+        assert!(said(&e).contains("overflow"), "{}", said(&e));
+        assert!(matches!(
+            held(vec![Value::Okay, Value::Int(0)]),
+            NodeErrorKind::Redis(_)
+        ));
+    }
 
     #[test]
     fn the_all_or_nothing_acquires_replies_parse() {

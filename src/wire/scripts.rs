@@ -367,9 +367,10 @@ pub(crate) fn sharded_scripts() -> [&'static Script; 3] {
 }
 
 /// Every script of the crate: the lock's and the fenced store's.
-fn all_scripts() -> [&'static Script; 19] {
+fn all_scripts() -> [&'static Script; 20] {
     [
         &ACQUIRE,
+        &SEED,
         &ACQUIRE_ALL,
         &RELEASE,
         &RELEASE_LEAN,
@@ -403,9 +404,10 @@ pub(crate) fn named_in(message: &str) -> Option<&'static Script> {
 /// the mutex's (and the multi-resource acquire, release and extend) and
 /// the read-write lock's admissions and downgrade (not its operators'
 /// inspection: its first use pays one `NOSCRIPT` and an `EVAL`).
-pub(crate) fn lock_scripts() -> [&'static Script; 16] {
+pub(crate) fn lock_scripts() -> [&'static Script; 17] {
     [
         &ACQUIRE,
+        &SEED,
         &ACQUIRE_ALL,
         &RELEASE,
         &RELEASE_LEAN,
@@ -603,6 +605,15 @@ pub(crate) static WRITE_BACK: LazyLock<Script> =
 pub(crate) static RESEED: LazyLock<Script> =
     LazyLock::new(|| Script::new("re-seed", include_str!("lua/reseed.lua")));
 
+/// The seed of a fence an acquire's transaction left unseeded on a node
+/// whose answer came after the round decided (`wire::transacted`): `INCR`,
+/// and `INCRBY seed` below 2^40, as the acquire moves a fence; no lock key
+/// is read or written, so it may run however late. Returns the fence.
+///
+/// KEYS: fence. ARGV: seed.
+pub(crate) static SEED: LazyLock<Script> =
+    LazyLock::new(|| Script::new("seed", include_str!("lua/seed.lua")));
+
 /// The fenced store's write: store the value only if the token is at least
 /// the largest the key has accepted. Tokens are compared as decimal strings
 /// (length, then bytes), which is exact for every u64. Returns 1 when
@@ -653,7 +664,14 @@ mod tests {
     #[test]
     fn every_script_that_moves_a_fence_seeds_below_the_floor() {
         let floor = format!("< {}", crate::logic::fence::SEEDED_FROM);
-        for script in [&*ACQUIRE, &*ACQUIRE_ALL, &*RELEASE, &*RW_WRITE, &*RW_READ] {
+        for script in [
+            &*ACQUIRE,
+            &*SEED,
+            &*ACQUIRE_ALL,
+            &*RELEASE,
+            &*RW_WRITE,
+            &*RW_READ,
+        ] {
             assert!(
                 script.source.contains(&floor),
                 "{}: no {floor}",
@@ -726,6 +744,7 @@ mod tests {
         assert_eq!(MARK.commands(), ["GET", "PTTL", "SET", "DEL", "PEXPIRE"]);
         assert_eq!(EXTEND.commands(), ["GET", "PEXPIRE"]);
         assert_eq!(WRITE_BACK.commands(), ["GET", "SET"]);
+        assert_eq!(SEED.commands(), ["INCR", "INCRBY"]);
         assert_eq!(RESEED.commands(), ["GET", "SET"]);
         assert_eq!(FENCED_WRITE.commands(), ["HGET", "HSET"]);
         assert_eq!(FENCED_READ.commands(), ["HMGET"]);

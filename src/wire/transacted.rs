@@ -20,7 +20,7 @@ use std::sync::{Arc, OnceLock};
 use redis::Cmd;
 
 use super::outgoing::Outgoing;
-use super::scripts::ACQUIRE;
+use super::scripts::{ACQUIRE, SEED};
 use crate::logic::resource::decimal;
 
 /// Replies a transaction's `EXEC` comes after: `MULTI`'s `OK` and the
@@ -89,6 +89,13 @@ impl Transacted {
     /// unseeded fence is seeded and moved (`ACQUIRE`'s fifth argument).
     pub(crate) fn again(&self) -> Cmd {
         self.script(true)
+    }
+
+    /// The fence's seed alone, for a node whose transaction answered
+    /// after the round decided (`SEED`: no lock key touched).
+    pub(crate) fn seed_only(&self) -> Cmd {
+        let mut seed = [0u8; 20];
+        SEED.evalsha(&[&self.fence], &[decimal(self.seed, &mut seed)])
     }
 
     fn write_transaction(&self, out: &mut Vec<u8>) {

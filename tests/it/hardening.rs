@@ -326,6 +326,49 @@ async fn a_slow_node_that_lost_its_scripts_still_extends() {
     guard.release().await;
 }
 
+/// A fresh bucket, and a node that always answers last: the round decides
+/// on the other two (each asked again with the script, which seeds), and
+/// the slow node's transaction answers after that with an unseeded fence.
+/// No vote is wanted from it any more and no late grant may land, but its
+/// fence is seeded all the same (the `SEED` script, no lock key touched):
+/// every node ends at the token, and the release leaves no key. Without
+/// that step the slow node's fence stayed at 1 (a lagging node, costing a
+/// write-back at a later acquisition it answers among the first).
+#[tokio::test]
+async fn a_slow_node_seeds_the_fence_its_transaction_found_absent() {
+    let cluster = Cluster::start(3);
+    let (slow, client) = behind_a_proxy_on_node_2(&cluster).await;
+    slow.set(Fault::Delay(ms(40)));
+    let fence = crate::helpers::fence_key("fresh-bucket");
+    assert!(cluster
+        .nodes
+        .iter()
+        .all(|n| n.cli(&["EXISTS", &fence]) == "0"));
+    let guard = client.acquire("fresh-bucket", secs(10)).await.unwrap();
+    let token = guard.token().unwrap().get().to_string();
+    let level = eventually(secs(5), || {
+        cluster
+            .nodes
+            .iter()
+            .all(|n| n.cli(&["GET", &fence]).trim() == token)
+    })
+    .await;
+    let fences: Vec<String> = cluster
+        .nodes
+        .iter()
+        .map(|n| n.cli(&["GET", &fence]))
+        .collect();
+    assert!(level, "token {token}, fences {fences:?}");
+    guard.release().await;
+    slow.set(Fault::Pass);
+    assert!(
+        eventually(secs(5), || cluster.count_keys(crate::helpers::LOCK_KEYS)
+            == vec![0, 0, 0])
+        .await,
+        "a key outlived the release"
+    );
+}
+
 /// The acquire is a script too, but its `EVAL` after a `NOSCRIPT` is not
 /// sent once the round has decided: the release is queued behind it, and
 /// a grant landing after its own release would block the resource for a

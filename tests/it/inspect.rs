@@ -39,7 +39,18 @@ async fn a_lock_held_by_this_client_reports_its_ttl_and_token() {
     let cluster = Cluster::start(3);
     let client = warm_client(&cluster).await;
     let guard = client.acquire("mine", secs(10)).await.unwrap();
-    let i = client.inspect("mine").await.unwrap();
+    let token = guard.token().map(|t| t.get());
+    // A fresh bucket: a node whose transaction answered after the round
+    // decided seeds its fence in the background (`wire::transacted`, the
+    // `SEED` script); every node holds the token once that landed.
+    let deadline = std::time::Instant::now() + secs(5);
+    let i = loop {
+        let i = client.inspect("mine").await.unwrap();
+        if i.nodes.iter().all(|n| n.fence == token) || std::time::Instant::now() > deadline {
+            break i;
+        }
+        tokio::time::sleep(crate::helpers::ms(20)).await;
+    };
     assert_eq!(i.holder, Some(Holder::Us), "{i}");
     assert_eq!(i.held_on, 3);
     let valid = i.valid_for_at_least.unwrap();
@@ -48,9 +59,9 @@ async fn a_lock_held_by_this_client_reports_its_ttl_and_token() {
         assert_eq!(node.holder, Some(Holder::Us));
         let ttl = node.expires_in.unwrap();
         assert!(ttl > secs(5) && ttl <= secs(10), "{ttl:?}");
-        assert_eq!(node.fence, guard.token().map(|t| t.get()));
+        assert_eq!(node.fence, token, "{i}");
     }
-    assert_eq!(i.fence, guard.token().map(|t| t.get()));
+    assert_eq!(i.fence, token);
     assert_eq!(client.id().len(), 16);
     assert_eq!(client.clone().id(), client.id(), "clones share the tag");
     guard.release().await;
