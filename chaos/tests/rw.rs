@@ -16,9 +16,13 @@ use common::row;
 
 /// The chaos binary's stdout and a report of both streams, for messages.
 fn chaos(dir: &Path, args: &[&str]) -> (String, String, bool) {
+    chaos_seeded(dir, args, 7)
+}
+
+fn chaos_seeded(dir: &Path, args: &[&str], seed: u64) -> (String, String, bool) {
     let out = Command::new(env!("CARGO_BIN_EXE_chaos"))
         .args(args)
-        .args(["--seed", "7", "--history-dir"])
+        .args(["--seed", &seed.to_string(), "--history-dir"])
         .arg(dir)
         .output()
         .expect("the chaos binary runs");
@@ -114,11 +118,41 @@ fn rw_is_safe_with_the_guard_and_the_control_shows_a_violation() {
     let lines = rw_lines(&stdout, "kill-nopersist-guard");
     assert_eq!((lines.beside, lines.tokens), (0, 0), "{report}");
     assert_eq!(guarded.verdict, "PASS", "{report}");
-    assert!(
-        control.overlaps + control.tokens > 0,
-        "the control showed neither a writer beside another holder nor a token out of order\n{report}"
-    );
-    assert_eq!(control.verdict, "PASS (violation shown)", "{report}");
+    // The control's violation depends on timing (a restarted node must be
+    // among a writer's majority while another holder's keys live
+    // elsewhere): one 8 s run showed none in a CI run (77 grants). It runs
+    // again, alone, with the next seeds, up to twice; the checker must see
+    // a violation in one of them.
+    let mut shown = (control.overlaps + control.tokens > 0).then_some(control.verdict.clone());
+    let mut reports = vec![report.clone()];
+    for seed in [8, 9] {
+        if shown.is_some() {
+            break;
+        }
+        let (again, again_report, _) = chaos_seeded(
+            &dir,
+            &[
+                "--workload",
+                "rw",
+                "--nemesis",
+                "kill-nopersist",
+                "--duration",
+                "8s",
+            ],
+            seed,
+        );
+        let r = row(&again, "kill-nopersist");
+        if r.overlaps + r.tokens > 0 {
+            shown = Some(r.verdict.clone());
+        }
+        reports.push(again_report);
+    }
+    let all = reports.join("\n");
+    let shown = shown.unwrap_or_else(|| {
+        panic!("the control showed neither a writer beside another holder nor a token out of order, with seeds 7, 8 and 9\n{all}")
+    });
+    assert_eq!(shown, "PASS (violation shown)", "{all}");
+    let success = success || control.overlaps + control.tokens == 0;
     // Both modes ran, and readers shared the lock. The guard's
     // quarantines leave few grants in the guarded row (as few as 7: once
     // no write at all, once one reader at a time throughout), so the
