@@ -52,7 +52,7 @@ async fn cold_race(cluster: &Cluster, client: &Client) -> (Vec<u64>, Vec<u64>, V
 /// The incident: at the start of the flash sale, each lock node answered
 /// 203–238 `EVALSHA`s with `NOSCRIPT`, every concurrent first use paying a
 /// round trip before one `EVAL` loaded the script. The handshake now loads
-/// the lock's sixteen scripts (the mutex's, the multi-resource acquire,
+/// the lock's seventeen scripts (the mutex's and the fence's seed, the multi-resource acquire,
 /// release and extend, the read-write lock's admissions and downgrade)
 /// before the connection carries a command, so a cold start costs one load
 /// per script per node connection and no `NOSCRIPT`, however many requests
@@ -67,8 +67,8 @@ async fn a_cold_start_loads_each_script_once_per_connection() {
         .unwrap();
     let (noscript, loads, evals) = cold_race(&cluster, &client).await;
     assert_eq!(noscript, [0, 0, 0], "NOSCRIPT replies per node");
-    // One command connection per node, sixteen scripts each.
-    assert_eq!(loads, [16, 16, 16], "SCRIPT LOADs per node");
+    // One command connection per node, seventeen scripts each.
+    assert_eq!(loads, [17, 17, 17], "SCRIPT LOADs per node");
     assert_eq!(evals, [0, 0, 0], "EVAL fallbacks per node");
 
     // The control: the same race after the script caches were flushed
@@ -138,7 +138,7 @@ async fn a_cold_start_of_rw_locks_pays_no_noscript() {
         .unwrap();
     let (noscript, loads, evals) = race(&cluster, &client).await;
     assert_eq!(noscript, [0, 0, 0], "NOSCRIPT replies per node");
-    assert_eq!(loads, [16, 16, 16], "SCRIPT LOADs per node");
+    assert_eq!(loads, [17, 17, 17], "SCRIPT LOADs per node");
     assert_eq!(evals, [0, 0, 0], "EVAL fallbacks per node");
 
     for node in &cluster.nodes {
