@@ -5,6 +5,7 @@
 //! the other N − 1 only ([`attempt_pregranted`]). Also the one-node probe a
 //! waiter sends before a full attempt.
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -16,7 +17,7 @@ use crate::logic::resource::lock_value;
 use crate::logic::validity::later;
 use crate::node::Settled;
 use crate::observe::stats::Event;
-use crate::protocol::fanout::all_nodes;
+use crate::protocol::fanout::{all_nodes, node_set};
 use crate::protocol::release::ReleaseOnDrop;
 use crate::protocol::reseed::reseed_if_wanted;
 use crate::protocol::round::{round_credited, Credited};
@@ -208,6 +209,7 @@ pub(crate) async fn attempt_pregranted(
         }
     };
     let (request, at_home) = (Arc::new(request), at_home.map(Arc::new));
+    let ours = &held.ours;
     let round = round_credited(
         shared,
         Phase::Acquire,
@@ -221,6 +223,7 @@ pub(crate) async fn attempt_pregranted(
                 .as_ref()
                 .filter(|h| h.0 == node.index())
                 .map(Arc::clone);
+            let ours = Arc::clone(ours);
             async move {
                 let reply = match &*request {
                     Acquire::Command(cmd) => node.run_command(cmd, &settled, vote).await?,
@@ -260,7 +263,12 @@ pub(crate) async fn attempt_pregranted(
                                     // but the fence is seeded all the same,
                                     // so that this node stays level with
                                     // the others (no write-back later).
+                                    // The transaction set our value there
+                                    // and nothing of ours follows it: the
+                                    // node counts as having held it (a
+                                    // takeover is seen there).
                                     Err(NodeErrorKind::Skipped) => {
+                                        ours.fetch_or(node_set([node.index()]), Ordering::Relaxed);
                                         let seed = tx.seed_only();
                                         let _ = node
                                             .run_script_prepared(

@@ -83,8 +83,9 @@ pub(crate) struct Held {
     pub(crate) granted: bool,
     pub(crate) sent: NodeSet,
     /// Nodes known to have held our value: they granted it (before the
-    /// acquire's decision or after it, heard in the background) or
-    /// extended it since. Only there is another owner's value evidence
+    /// acquire's decision or after it, heard in the background; a late
+    /// transaction that set it but found the fence unseeded counts too,
+    /// though it is no vote) or extended it since. Only there is another owner's value evidence
     /// that the lock was taken over; elsewhere it may be a contender's
     /// leftover that never was ours. Shared by every copy of this `Held`.
     pub(crate) ours: Arc<AtomicU64>,

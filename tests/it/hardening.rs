@@ -374,6 +374,34 @@ async fn a_slow_node_seeds_the_fence_its_transaction_found_absent() {
     );
 }
 
+/// The same slow node on a fresh bucket: its transaction set our value
+/// there after the round decided, so the node held our value although it
+/// gave no vote. Another owner's value appearing there later is a takeover,
+/// and the watchdog says so. Before the late transaction's node was counted
+/// as ours, the watchdog took that value for a contender's leftover and
+/// went on extending on the other two: the lease was never reported lost.
+#[tokio::test]
+async fn a_late_transactions_node_counts_as_ours_for_a_takeover() {
+    let cluster = Cluster::start(3);
+    let (slow, client) = behind_a_proxy_on_node_2(&cluster).await;
+    slow.set(Fault::Delay(ms(40)));
+    let guard = client
+        .lock("late-ours", secs(3))
+        .auto_extend(AutoExtend::new())
+        .acquire()
+        .await
+        .unwrap();
+    assert!(crate::helpers::landed(&cluster.nodes, "late-ours", secs(5)).await);
+    slow.set(Fault::Pass);
+    cluster.nodes[2].cli(&["SET", &lock_key("late-ours"), "someone-else", "PX", "5000"]);
+    let lost = tokio::time::timeout(secs(10), guard.lost())
+        .await
+        .expect("the takeover on the late node was never reported");
+    assert_eq!(lost.reason, LossReason::TakenOver, "{lost}");
+    assert!(lost.validity_left > Duration::ZERO, "{lost}");
+    guard.release().await;
+}
+
 /// The acquire is a script too, but its `EVAL` after a `NOSCRIPT` is not
 /// sent once the round has decided: the release is queued behind it, and
 /// a grant landing after its own release would block the resource for a

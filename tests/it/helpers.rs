@@ -10,7 +10,6 @@ use crate::support::RedisServer;
 /// Every lock key the client writes with the default prefix.
 pub const LOCK_KEYS: &str = "redfence:lock:*";
 
-/// The Redis key of `resource`'s lock under the default prefix.
 /// The fence key of `resource` under the default prefix: the key of its
 /// bucket, as a client computes it (building a client sends nothing).
 pub fn fence_key(resource: &str) -> String {
@@ -19,6 +18,7 @@ pub fn fence_key(resource: &str) -> String {
         .fence_key(resource)
 }
 
+/// The Redis key of `resource`'s lock under the default prefix.
 pub fn lock_key(resource: &str) -> String {
     format!("{}lock:{resource}", redfence::limits::DEFAULT_PREFIX)
 }
@@ -50,6 +50,28 @@ pub async fn eventually(within: Duration, mut check: impl FnMut() -> bool) -> bo
         }
         tokio::time::sleep(ms(20)).await;
     }
+}
+
+/// Waits (up to `within`) until a fenced acquire of `resource` has landed
+/// on every node of `servers`, with nothing of it still on the way: the
+/// lock key is there and the fence is seeded (at least 2^40). A fresh
+/// bucket's first acquire is a transaction that sets the key, then a
+/// script that seeds the fence and sets the key again (or, once the
+/// round decided, a seed alone): only a seeded fence says that the last
+/// write has run. A test that changes the keys next waits for this, so
+/// that its change is the last word on every node.
+pub async fn landed(servers: &[RedisServer], resource: &str, within: Duration) -> bool {
+    let (key, fence) = (lock_key(resource), fence_key(resource));
+    eventually(within, || {
+        servers.iter().all(|node| {
+            node.count_keys(&key) == 1
+                && node
+                    .cli(&["GET", &fence])
+                    .parse::<u64>()
+                    .is_ok_and(|f| f >= 1 << 40)
+        })
+    })
+    .await
 }
 
 /// `PTTL` of `key` on `node`, in milliseconds (-2 when absent).

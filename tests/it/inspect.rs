@@ -91,6 +91,8 @@ async fn a_key_on_a_minority_only_is_not_held() {
     let mut cluster = Cluster::start(3);
     let client = warm_client(&cluster).await;
     let guard = client.acquire("minority", secs(10)).await.unwrap();
+    // Every write of the acquire has run: the deletes are the last word.
+    assert!(crate::helpers::landed(&cluster.nodes, "minority", secs(5)).await);
     for i in 0..2 {
         cluster.node(i).cli(&["DEL", &lock_key("minority")]);
     }

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use redfence::{AutoExtend, Error, FailureReason, LossReason, NodeErrorKind, Retry};
 
 use crate::helpers::{
-    calls, client_with_timeout, eventually, lock_key, ms, report, secs, warm_up, LOCK_KEYS,
+    calls, client_with_timeout, eventually, landed, lock_key, ms, report, secs, warm_up, LOCK_KEYS,
 };
 use crate::support::Cluster;
 
@@ -163,6 +163,8 @@ async fn keys_deleted_on_a_majority_are_reported_not_held() {
         .await
         .unwrap();
     let key = lock_key("stolen");
+    // Every write of the acquire has run: the deletes are the last word.
+    assert!(landed(&cluster.nodes, "stolen", secs(5)).await);
     for node in &cluster.nodes[..2] {
         node.cli(&["DEL", &key]);
     }
@@ -212,7 +214,7 @@ async fn another_owner_on_one_node_is_a_takeover() {
         .acquire()
         .await
         .unwrap();
-    assert!(eventually(secs(3), || cluster.count_keys(LOCK_KEYS) == vec![1; 3]).await);
+    assert!(landed(&cluster.nodes, "shared", secs(5)).await);
     cluster.nodes[2].cli(&["SET", &lock_key("shared"), "someone-else", "PX", "3000"]);
     let lost = tokio::time::timeout(secs(10), guard.lost()).await.unwrap();
     assert_eq!(lost.reason, LossReason::TakenOver, "{lost}");

@@ -9,7 +9,7 @@ use redfence::limits::DRIFT_CONSTANT;
 use redfence::{Error, FailureReason, LossReason, NodeErrorKind, Phase, Retry};
 
 use crate::helpers::{
-    eventually, lock_key, ms, new_client, pttl, report, secs, warm_client, LOCK_KEYS,
+    eventually, landed, lock_key, ms, new_client, pttl, report, secs, warm_client, LOCK_KEYS,
 };
 use crate::support::Cluster;
 
@@ -235,7 +235,7 @@ async fn release_never_deletes_another_owners_key() {
     let client = warm_client(&cluster).await;
     let key = lock_key("owned");
     let guard = client.acquire("owned", secs(10)).await.unwrap();
-    assert!(eventually(secs(2), || cluster.count_keys(LOCK_KEYS) == vec![1; 3]).await);
+    assert!(landed(&cluster.nodes, "owned", secs(5)).await);
     for node in &cluster.nodes {
         assert_eq!(node.cli(&["SET", &key, "other", "PX", "10000"]), "OK");
     }
@@ -268,7 +268,7 @@ async fn extend_after_expiry_is_not_held() {
     let key = lock_key("short");
     // The third grant may land after the acquire returned: wait for it, so
     // that the deletes below are the last word on every node.
-    assert!(eventually(secs(2), || cluster.count_keys(LOCK_KEYS) == vec![1; 3]).await);
+    assert!(landed(&cluster.nodes, "short", secs(5)).await);
     for node in &cluster.nodes {
         node.cli(&["DEL", &key]);
     }
@@ -318,7 +318,7 @@ async fn extend_of_a_lock_taken_over_fails_and_leaves_the_new_owner_alone() {
     let key = lock_key("taken");
     let guard = client.acquire("taken", secs(10)).await.unwrap();
     let valid_until = guard.valid_until();
-    assert!(eventually(secs(2), || cluster.count_keys(LOCK_KEYS) == vec![1; 3]).await);
+    assert!(landed(&cluster.nodes, "taken", secs(5)).await);
     for node in &cluster.nodes {
         node.cli(&["SET", &key, "other", "PX", "5000"]);
     }
@@ -363,7 +363,7 @@ async fn dropped_guard_releases_in_the_background() {
     let cluster = Cluster::start(3);
     let client = warm_client(&cluster).await;
     let guard = client.acquire("dropped", secs(60)).await.unwrap();
-    assert!(eventually(secs(2), || cluster.count_keys(LOCK_KEYS) == vec![1; 3]).await);
+    assert!(landed(&cluster.nodes, "dropped", secs(5)).await);
     drop(guard);
     assert!(
         eventually(secs(3), || cluster.count_keys(LOCK_KEYS) == vec![0; 3]).await,

@@ -675,11 +675,7 @@ async fn two_holders_at_once_postgres_keeps_the_newer() {
     // Holder 1 may still be queued on the third node: wait until it holds
     // all three, then jump the clocks of two.
     let key = crate::helpers::lock_key("order:7");
-    assert!(
-        crate::helpers::eventually(secs(2), || cluster.count_keys(crate::helpers::LOCK_KEYS)
-            == vec![1; 3])
-        .await
-    );
+    assert!(crate::helpers::landed(&cluster.nodes, "order:7", secs(5)).await);
     for node in &cluster.nodes[..2] {
         node.cli(&["DEL", &key]);
     }

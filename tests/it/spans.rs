@@ -307,6 +307,8 @@ async fn every_operation_has_a_span_with_its_outcome_and_no_secret() {
         .acquire()
         .await
         .unwrap();
+    // Every write of the acquire has run: the deletes are the last word.
+    assert!(crate::helpers::landed(&cluster.nodes, "obs-lost", secs(5)).await);
     let lost_value = get(&cluster, "obs-lost");
     for node in &cluster.nodes[..2] {
         node.cli(&["DEL", &lock_key("obs-lost")]);
