@@ -7,11 +7,9 @@
 //! table the binary prints, the rows CI reads. Counts, not times: what is
 //! asserted holds on a loaded 2-core machine.
 
-use std::process::Command;
-
 mod common;
 
-use common::row;
+use common::{chaos, row};
 
 /// 8 s each, the short form's duration: `kill-nopersist-guard` (a node
 /// killed and restarted empty every 50–250 ms, the guard on) and its
@@ -19,24 +17,18 @@ use common::row;
 #[test]
 fn election_is_safe_with_the_guard_and_the_control_shows_two_leaders() {
     let dir = std::env::temp_dir().join(format!("redfence-chaos-election-{}", std::process::id()));
-    let out = Command::new(env!("CARGO_BIN_EXE_chaos"))
-        .args([
+    let (stdout, report, success) = chaos(
+        &dir,
+        &[
             "--workload",
             "election",
             "--nemesis",
             "kill-nopersist-guard,kill-nopersist",
             "--duration",
             "8s",
-            "--seed",
-            "7",
-            "--history-dir",
-        ])
-        .arg(&dir)
-        .output()
-        .expect("the chaos binary runs");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    let report = format!("{stdout}\n--- stderr ---\n{stderr}");
+        ],
+        7,
+    );
     assert!(
         stdout.contains("## Results (seed 7, election workload,"),
         "{report}"
@@ -64,7 +56,7 @@ fn election_is_safe_with_the_guard_and_the_control_shows_two_leaders() {
     // let through.
     assert_eq!(control.stale_accepted, 0, "{report}");
     assert_eq!(control.verdict, "PASS (violation shown)", "{report}");
-    assert!(out.status.success(), "{report}");
+    assert!(success, "{report}");
     // The histories are the election's (the file names say so).
     let names: Vec<String> = std::fs::read_dir(&dir)
         .expect("the history dir")

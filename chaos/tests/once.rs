@@ -6,8 +6,10 @@
 //! columns are `once_check.rs`'s. Counts, not times: what is asserted holds
 //! on a loaded 2-core machine.
 
-use std::path::Path;
-use std::process::Command;
+#[path = "common/run.rs"]
+mod run;
+
+use run::chaos;
 
 /// One row of the single-flight results table, by its nemesis.
 struct Row {
@@ -47,21 +49,6 @@ fn row(table: &str, nemesis: &str) -> Row {
     }
 }
 
-/// The chaos binary's stdout, a report of both streams for messages, and
-/// whether it exited 0.
-fn chaos(dir: &Path, args: &[&str]) -> (String, String, bool) {
-    let out = Command::new(env!("CARGO_BIN_EXE_chaos"))
-        .args(args)
-        .args(["--seed", "7", "--history-dir"])
-        .arg(dir)
-        .output()
-        .expect("the chaos binary runs");
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    let report = format!("{stdout}\n--- stderr ---\n{stderr}");
-    (stdout, report, out.status.success())
-}
-
 /// 8 s of `pause` (1–2 lock nodes SIGSTOPped for 100–1500 ms, nodes keep
 /// their data, so every check is judged): no two computations of a key
 /// inside their leases, no read older than an acknowledged value, every
@@ -79,6 +66,7 @@ fn single_flight_is_safe_under_paused_nodes() {
             "--duration",
             "8s",
         ],
+        7,
     );
     assert!(
         stdout.contains("## Results (seed 7, once workload,"),
@@ -125,6 +113,7 @@ fn the_checker_catches_overlapping_computations_without_the_helper() {
             "--duration",
             "8s",
         ],
+        7,
     );
     let r = row(&stdout, "pause");
     assert!(r.computations > 0, "{report}");

@@ -7,30 +7,9 @@
 //! beside any other holder, and the tokens across modes. Counts, not
 //! times: what is asserted holds on a loaded 2-core machine.
 
-use std::path::Path;
-use std::process::Command;
-
 mod common;
 
-use common::row;
-
-/// The chaos binary's stdout and a report of both streams, for messages.
-fn chaos(dir: &Path, args: &[&str]) -> (String, String, bool) {
-    chaos_seeded(dir, args, 7)
-}
-
-fn chaos_seeded(dir: &Path, args: &[&str], seed: u64) -> (String, String, bool) {
-    let out = Command::new(env!("CARGO_BIN_EXE_chaos"))
-        .args(args)
-        .args(["--seed", &seed.to_string(), "--history-dir"])
-        .arg(dir)
-        .output()
-        .expect("the chaos binary runs");
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    let report = format!("{stdout}\n--- stderr ---\n{stderr}");
-    (stdout, report, out.status.success())
-}
+use common::{chaos, row};
 
 /// Nemesis `name`'s section of the details.
 fn section<'a>(stdout: &'a str, name: &str) -> &'a str {
@@ -97,6 +76,7 @@ fn rw_is_safe_with_the_guard_and_the_control_shows_a_violation() {
             "--duration",
             "8s",
         ],
+        7,
     );
     assert!(
         stdout.contains("## Results (seed 7, rw workload,"),
@@ -129,7 +109,7 @@ fn rw_is_safe_with_the_guard_and_the_control_shows_a_violation() {
         if shown.is_some() {
             break;
         }
-        let (again, again_report, _) = chaos_seeded(
+        let (again, again_report, _) = chaos(
             &dir,
             &[
                 "--workload",
@@ -187,6 +167,7 @@ fn the_rw_check_catches_writers_that_bypass_the_readers() {
             "--duration",
             "4s",
         ],
+        7,
     );
     let r = row(&stdout, "pause");
     let lines = rw_lines(&stdout, "pause");

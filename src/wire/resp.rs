@@ -12,6 +12,12 @@ use redis::Value;
 /// ours nests more than three levels (`ROLE`'s replica list).
 const MAX_DEPTH: usize = 16;
 
+/// A longer bulk string is refused as a protocol error: it is Redis's own
+/// ceiling for one (`proto-max-bulk-len`'s default), far above any reply
+/// a lock's command gets, and without it a garbled length would keep the
+/// reader buffering for bytes that never come.
+const MAX_BULK: usize = 512 << 20;
+
 /// A reply the stream does not parse as RESP2: the connection is dropped.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Garbled(pub(crate) String);
@@ -107,8 +113,18 @@ fn value(buf: &[u8], at: &mut usize, depth: usize) -> Result<Option<Value>, Garb
             if len < 0 {
                 return Ok(Some(Value::Nil));
             }
-            let len = usize::try_from(len).map_err(|_| garbled("a length", text))?;
-            let end = *at + len;
+            let len = usize::try_from(len)
+                .ok()
+                .filter(|&len| len <= MAX_BULK)
+                .ok_or_else(|| garbled("a bulk length of at most 512 MiB", text))?;
+            // Checked: on a 32-bit target an offset near the end of a large
+            // buffer plus a length could wrap.
+            let Some(end) = at
+                .checked_add(len)
+                .filter(|end| end.checked_add(2).is_some())
+            else {
+                return Err(garbled("a bulk length", text));
+            };
             if buf.len() < end + 2 {
                 return Ok(None);
             }
@@ -280,6 +296,12 @@ mod tests {
     #[test]
     fn a_huge_announced_length_reserves_nothing_up_front() {
         assert_eq!(parse(b"*2147483647\r\n:1\r\n"), Ok(None));
-        assert_eq!(parse(b"$2147483647\r\nab"), Ok(None));
+        // Up to Redis's own ceiling a long bulk string is only incomplete;
+        // past it (a garbled length) the stream is refused at once instead
+        // of buffered for bytes that never come.
+        assert_eq!(parse(b"$536870912\r\nab"), Ok(None));
+        for bytes in [&b"$536870913\r\nab"[..], b"$9223372036854775807\r\n"] {
+            assert!(parse(bytes).is_err(), "{bytes:?}");
+        }
     }
 }

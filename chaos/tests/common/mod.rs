@@ -1,5 +1,9 @@
-//! What the fault suite's process tests share: a row of the results table
-//! the binary prints (the rows CI reads), by its nemesis.
+//! What the fault suite's process tests share: running the binary, and a
+//! row of the results table it prints (the rows CI reads), by its nemesis.
+
+mod run;
+
+pub use run::chaos;
 
 /// One row of the results table, by its nemesis.
 pub struct Row {
