@@ -140,16 +140,14 @@ pub(crate) async fn attempt_pregranted(
     let mut at_home = None;
     // An attempt from outside the fair queue claims the next turn on the
     // home (the script, with the claim key and this client's tag).
-    if let (Some(fence_key), Some(reserve), Some(claim), None, None) = (
-        &target.fence,
-        claim,
-        &target.home.claim,
-        &pregranted,
-        handed,
-    ) {
+    // The claim key, named only for such an attempt.
+    let claim_key = claim.and_then(|_| target.home.claim());
+    if let (Some(fence_key), Some(reserve), Some(claim), None, None) =
+        (&target.fence, claim, &claim_key, &pregranted, handed)
+    {
         let marker = &*target.home.marker;
         let more = value.len() + 64;
-        let mut home = ACQUIRE.evalsha_keys(&[key, fence_key, claim, marker], more);
+        let mut home = ACQUIRE.evalsha_keys(&[key, fence_key, &**claim, marker], more);
         home.arg(value).arg(ttl_ms).arg(clock_seed());
         home.arg(if probe { "1" } else { "" }).arg("").arg("");
         home.arg(&*shared.id_text)

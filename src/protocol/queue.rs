@@ -54,7 +54,8 @@ pub(crate) async fn join(
         life.as_bytes(),
         if keep { b"1" } else { b"" },
     ];
-    let keys: [&str; 3] = [&target.home.queue, &target.key, &target.home.marker];
+    let queue = target.home.queue();
+    let keys: [&str; 3] = [&queue, &target.key, &target.home.marker];
     let reply = bounded(
         shared,
         node.run_script(&JOIN, &keys, &args, &Settled::NEVER, true, None),
@@ -99,7 +100,8 @@ pub(crate) async fn look(
         channel.as_bytes(),
         if keep { b"1" } else { b"" },
     ];
-    let keys: [&str; 3] = [&target.key, &target.home.queue, &target.home.marker];
+    let queue = target.home.queue();
+    let keys: [&str; 3] = [&target.key, &queue, &target.home.marker];
     let reply = bounded(
         shared,
         node.run_script(&QUEUE, &keys, &args, &Settled::NEVER, true, None),
@@ -225,7 +227,7 @@ async fn mark_all(shared: &Arc<Shared>, targets: &[&Target], args: Vec<String>, 
 /// is cancelled or shut down with waiters queued leaves no key behind.
 pub(crate) fn leave(shared: &Arc<Shared>, target: &Target, ticket: &str) {
     if target.home.pregrant_fence.is_none() {
-        in_background(shared, target, lrem(&target.home.queue, ticket));
+        in_background(shared, target, lrem(&target.home.queue(), ticket));
         return;
     }
     let Ok(handle) = tokio::runtime::Handle::try_current() else {
@@ -238,7 +240,7 @@ pub(crate) fn leave(shared: &Arc<Shared>, target: &Target, ticket: &str) {
     let prefix = pregrant_value(ticket, "");
     let channel = notice_channel(&target.key, node.db());
     let evalsha = LEAVE.evalsha(
-        &[&target.key, &target.home.queue],
+        &[&target.key, &target.home.queue()],
         &[ticket.as_bytes(), prefix.as_bytes(), channel.as_bytes()],
     );
     let timeout = shared.config.node_timeout;

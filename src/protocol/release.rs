@@ -300,13 +300,15 @@ pub(crate) fn start_release(
     } else {
         format!("{}{notice_id}", shared.waits.tag()).into()
     };
-    // Nodes usually share a database index: name that channel, and build
-    // the EVALSHA that carries it, once.
-    let db0 = shared.nodes.first().map_or(0, |n| n.db());
-    let channel0: Arc<str> = arc_built(|c| push_notice_channel(c, &held.key, db0));
-    let by_hash: &[u8] = if step.by_hash { b"sha1" } else { b"" };
     // Not at all when the home is the only node asked (one node).
     let home_only = held.granted && step.targets & !node_set([held.home.index]) == 0;
+    // Nodes usually share a database index: name that channel, and build
+    // the EVALSHA that carries it, once; not at all when only the home is
+    // asked (its full release, rare, names it then).
+    let db0 = shared.nodes.first().map_or(0, |n| n.db());
+    let channel0: Option<Arc<str>> =
+        (!home_only).then(|| arc_built(|c| push_notice_channel(c, &held.key, db0)));
+    let by_hash: &[u8] = if step.by_hash { b"sha1" } else { b"" };
     // Packed once for the nodes that share it (all but a granted lock's
     // home).
     let sharing = if held.granted {
@@ -320,7 +322,7 @@ pub(crate) fn start_release(
             &[
                 held.value.as_bytes(),
                 notice.as_bytes(),
-                channel0.as_bytes(),
+                channel0.as_deref().unwrap_or_default().as_bytes(),
                 by_hash,
             ],
         );
@@ -347,8 +349,9 @@ pub(crate) fn start_release(
             channel: if db == db0 {
                 channel0.clone()
             } else {
-                notice_channel(&held.key, db).into()
+                Some(notice_channel(&held.key, db).into())
             },
+            db,
             tag: shared.id_text.clone(),
             hand_over: handover.is_some(),
         }
@@ -378,10 +381,10 @@ pub(crate) fn start_release(
                 Some(home) if node.index() == held.home.index => {
                     busy_here = busy.clone();
                     at_home = Some(Arc::clone(home));
-                    (channel0.clone(), None)
+                    (None, None)
                 }
                 _ if node.db() == db0 => (channel0.clone(), evalsha0.clone()),
-                _ => (notice_channel(&key, node.db()).into(), None),
+                _ => (Some(notice_channel(&key, node.db()).into()), None),
             };
             let by_hash = step.by_hash;
             let deadline = step.deadline;
@@ -429,6 +432,8 @@ pub(crate) fn start_release(
                         }
                         (None, None) => {
                             let hashed: &[u8] = if by_hash { b"sha1" } else { b"" };
+                            // Named for every node but a lone home's.
+                            let channel = channel.as_deref().unwrap_or_default();
                             let args: [&[u8]; 4] = [
                                 value.as_bytes(),
                                 notice.as_bytes(),
@@ -574,7 +579,10 @@ struct HomeRelease {
     lean: Option<redis::Cmd>,
     held: Held,
     notice: Arc<str>,
-    channel: Arc<str>,
+    /// The notice channel on the home's database; `None` when only the
+    /// home was asked (named by [`full`](Self::full), if it runs).
+    channel: Option<Arc<str>>,
+    db: i64,
     tag: Arc<str>,
     hand_over: bool,
 }
@@ -597,11 +605,19 @@ impl HomeRelease {
             .as_millis()
             .to_string();
         let seed = clock_seed().to_string();
+        let named;
+        let channel = match &self.channel {
+            Some(channel) => &**channel,
+            None => {
+                named = notice_channel(&held.key, self.db);
+                &*named
+            }
+        };
         let args = |vouched: &'static [u8]| -> [&[u8]; 9] {
             [
                 held.value.as_bytes(),
                 self.notice.as_bytes(),
-                self.channel.as_bytes(),
+                channel.as_bytes(),
                 ticket.as_bytes(),
                 seed.as_bytes(),
                 self.tag.as_bytes(),
@@ -610,14 +626,15 @@ impl HomeRelease {
                 life.as_bytes(),
             ]
         };
+        let queue = held.home.queue();
         match &held.home.pregrant_fence {
             // Two forms: the home pre-grants only where the releasing
             // connection's server would vote in a fenced request now
             // (`Server::run_script_vouched`).
             Some(fence) => {
-                let claim = held.home.claim.as_deref().unwrap_or_default();
-                let keys: [&str; 5] =
-                    [&held.key, &held.home.marker, &held.home.queue, fence, claim];
+                let claim = held.home.claim();
+                let claim = claim.as_deref().unwrap_or_default();
+                let keys: [&str; 5] = [&held.key, &held.home.marker, &queue, fence, claim];
                 Home {
                     vouched: Some(RELEASE.evalsha(&keys, &args(b"1"))),
                     plain: RELEASE.evalsha(&keys, &args(b"")),
@@ -625,10 +642,7 @@ impl HomeRelease {
             }
             None => Home {
                 vouched: None,
-                plain: RELEASE.evalsha(
-                    &[&held.key, &held.home.marker, &held.home.queue],
-                    &args(b""),
-                ),
+                plain: RELEASE.evalsha(&[&held.key, &held.home.marker, &queue], &args(b"")),
             },
         }
     }

@@ -11,9 +11,7 @@ use std::time::{Duration, Instant};
 
 use crate::error::Error;
 use crate::logic::fence::FencingToken;
-use crate::logic::resource::{
-    claim_key, client_tag, fence_bucket, fence_keys, lock_key, queue_key, validate, wait_key,
-};
+use crate::logic::resource::{client_tag, fence_bucket, fence_keys, lock_key, validate};
 use crate::logic::validity::{Ttl, TtlProblem};
 use crate::node::{Kind, Node, Vote};
 use crate::observe::stats::Counters;
@@ -37,6 +35,9 @@ pub(crate) struct Shared {
     pub(crate) id_text: Arc<str>,
     /// The fence key of every bucket, named once (with fencing on).
     fence_keys: Vec<Arc<str>>,
+    /// `config.key_prefix`, shared by every target's home (which names
+    /// its queue and claim keys only when asked).
+    key_prefix: Arc<str>,
     pub(crate) counters: Counters,
     /// The longest TTL requested so far, in ms: the restart guard's
     /// default window.
@@ -140,6 +141,7 @@ impl Shared {
     pub(crate) fn new(nodes: Vec<Arc<Node>>, config: Config) -> Arc<Self> {
         let id_text: Arc<str> = client_tag().into();
         let waits = Waits::new(&id_text, config.max_local_handoffs);
+        let key_prefix: Arc<str> = config.key_prefix.as_str().into();
         let fence_keys = if config.fencing {
             fence_keys(&config.key_prefix)
         } else {
@@ -150,6 +152,7 @@ impl Shared {
             config,
             id_text,
             fence_keys,
+            key_prefix,
             counters: Counters::default(),
             longest_ttl_ms: AtomicU64::new(0),
             waits,
@@ -187,17 +190,16 @@ impl Shared {
             .get(index)
             .is_some_and(|node| matches!(node.kind(), Kind::Server(_)));
         let pregrant_fence = fence.clone().filter(|_| plain);
-        let home = Home {
+        let name: Arc<str> = resource.into();
+        let home = Home::of(
             index,
-            queue: queue_key(prefix, resource, self.config.layout),
-            marker: wait_key(prefix, resource, self.config.layout),
-            claim: pregrant_fence
-                .as_ref()
-                .map(|_| claim_key(prefix, resource, self.config.layout)),
+            self.key_prefix.clone(),
+            name.clone(),
+            self.config.layout,
             pregrant_fence,
-        };
+        );
         Ok(Target {
-            resource: resource.into(),
+            resource: name,
             key: lock_key(prefix, resource, self.config.layout),
             ttl: checked,
             drift,

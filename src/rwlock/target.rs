@@ -38,10 +38,9 @@ pub(crate) fn rw_target(
         RwMode::Write => keys.writer.clone(),
         RwMode::Read => keys.entry(id),
     };
-    target.home.queue = keys.quiet_queue.clone();
+    target.home.set_names(keys.quiet_queue.clone(), None);
     target.home.marker = keys.quiet_marker.clone();
     target.home.pregrant_fence = None;
-    target.home.claim = None;
     Ok(target)
 }
 

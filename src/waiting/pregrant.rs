@@ -10,6 +10,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::logic::resource::{claim_key, queue_key, wait_key, Layout};
 use crate::logic::validity::later;
 
 /// Where a resource's fair queue lives: one of the N nodes, the same for
@@ -17,7 +18,6 @@ use crate::logic::validity::later;
 #[derive(Debug, Clone)]
 pub(crate) struct Home {
     pub(crate) index: usize,
-    pub(crate) queue: Arc<str>,
     /// The resource's waiting marker (`resource::wait_key`), on every node.
     pub(crate) marker: Arc<str>,
     /// The fence key the home's release moves when it pre-grants the
@@ -25,11 +25,103 @@ pub(crate) struct Home {
     /// cluster node's fence key may live in another slot than the lock
     /// key).
     pub(crate) pregrant_fence: Option<Arc<str>>,
+    /// The queue's and the outside claim's keys.
+    names: Names,
+}
+
+/// How a home names its queue and claim keys: made when asked, since an
+/// acquire that never waits and a release that finds nobody waiting never
+/// use them (issue 32: two allocations per cycle), or given.
+#[derive(Debug, Clone)]
+enum Names {
+    /// `resource::queue_key` and `resource::claim_key` of `resource`
+    /// (the claim only where the home pre-grants).
+    Of {
+        prefix: Arc<str>,
+        resource: Arc<str>,
+        layout: Layout,
+        claims: bool,
+    },
+    Given {
+        queue: Arc<str>,
+        claim: Option<Arc<str>>,
+    },
+}
+
+impl Home {
+    /// The home at node `index` of `resource`, its keys under `prefix` in
+    /// `layout`. The outside claim exists where the home pre-grants
+    /// (`pregrant_fence` is set): a polling waiter refused there claims the
+    /// next turn, and the release reserves the home's vote for it instead
+    /// of the queue's next waiter.
+    pub(crate) fn of(
+        index: usize,
+        prefix: Arc<str>,
+        resource: Arc<str>,
+        layout: Layout,
+        pregrant_fence: Option<Arc<str>>,
+    ) -> Self {
+        Home {
+            index,
+            marker: wait_key(&prefix, &resource, layout),
+            names: Names::Of {
+                claims: pregrant_fence.is_some(),
+                prefix,
+                resource,
+                layout,
+            },
+            pregrant_fence,
+        }
+    }
+
+    /// A home whose keys are given.
+    #[cfg(test)]
+    pub(crate) fn given(
+        index: usize,
+        queue: Arc<str>,
+        marker: Arc<str>,
+        pregrant_fence: Option<Arc<str>>,
+        claim: Option<Arc<str>>,
+    ) -> Self {
+        Home {
+            index,
+            marker,
+            pregrant_fence,
+            names: Names::Given { queue, claim },
+        }
+    }
+
+    /// The fair queue's key (`resource::queue_key`).
+    pub(crate) fn queue(&self) -> Arc<str> {
+        match &self.names {
+            Names::Of {
+                prefix,
+                resource,
+                layout,
+                ..
+            } => queue_key(prefix, resource, *layout),
+            Names::Given { queue, .. } => queue.clone(),
+        }
+    }
+
     /// The outside claim's key (`resource::claim_key`), where the home
-    /// pre-grants (`pregrant_fence` is set): a polling waiter refused
-    /// there claims the next turn, and the release reserves the home's
-    /// vote for it instead of the queue's next waiter.
-    pub(crate) claim: Option<Arc<str>>,
+    /// pre-grants.
+    pub(crate) fn claim(&self) -> Option<Arc<str>> {
+        match &self.names {
+            Names::Of {
+                prefix,
+                resource,
+                layout,
+                claims,
+            } => claims.then(|| claim_key(prefix, resource, *layout)),
+            Names::Given { claim, .. } => claim.clone(),
+        }
+    }
+
+    /// Gives the queue and claim keys (a read-write lock's own).
+    pub(crate) fn set_names(&mut self, queue: Arc<str>, claim: Option<Arc<str>>) {
+        self.names = Names::Given { queue, claim };
+    }
 }
 
 /// The home node's vote for a named ticket: the release that named it set

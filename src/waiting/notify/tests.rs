@@ -253,13 +253,13 @@ fn a_pregranted_naming_reaches_its_waiter_or_comes_back_as_an_orphan() {
         seen.lock().unwrap().push((o.ticket, o.notice));
     });
     let key: Arc<str> = "k".into();
-    let home = Home {
-        index: 0,
-        queue: "q".into(),
-        marker: "w".into(),
-        pregrant_fence: Some("f".into()),
-        claim: Some("c".into()),
-    };
+    let home = Home::given(
+        0,
+        "q".into(),
+        "w".into(),
+        Some("f".into()),
+        Some("c".into()),
+    );
     let mine = "aaaaaaaa0000000000000001-30000";
     let (a, _) = waits.join_fair(&key, &home, mine.into());
     let since = Instant::now();
@@ -308,13 +308,13 @@ fn a_granted_waiters_ticket_is_the_holders_not_one_that_left() {
     let seen = orphans.clone();
     waits.on_orphan(move |o: Orphan| seen.lock().unwrap().push(o.notice));
     let key: Arc<str> = "k".into();
-    let home = Home {
-        index: 0,
-        queue: "q".into(),
-        marker: "w".into(),
-        pregrant_fence: Some("f".into()),
-        claim: Some("c".into()),
-    };
+    let home = Home::given(
+        0,
+        "q".into(),
+        "w".into(),
+        Some("f".into()),
+        Some("c".into()),
+    );
     let (granted, left) = ("aaaaaaaa0000000000000001", "aaaaaaaa0000000000000002");
     let (a, _) = waits.join_fair(&key, &home, granted.into());
     let (b, _) = waits.join_fair(&key, &home, left.into());
@@ -399,13 +399,7 @@ fn a_notice_settles_when_its_copies_reach_a_majority() {
 fn a_first_attempt_without_a_place_keeps_the_next_waiter_behind_it() {
     let waits = Waits::default();
     let key: Arc<str> = "k".into();
-    let home = Home {
-        index: 0,
-        queue: "q".into(),
-        marker: "w".into(),
-        pregrant_fence: None,
-        claim: None,
-    };
+    let home = Home::given(0, "q".into(), "w".into(), None, None);
     // Nobody waits: the first attempt may go without a place.
     let first = waits.first_attempt(&key, &home).expect("free");
     // While it is out, a second acquire neither attempts first nor
