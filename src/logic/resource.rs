@@ -42,6 +42,7 @@ pub(crate) fn lock_key(prefix: &str, resource: &str, layout: Layout) -> Arc<str>
 
 /// The Redis key of a resource's wait queue (the fair queue's hint, kept
 /// on the resource's home node only; see `protocol::queue`).
+#[cfg(test)]
 pub(crate) fn queue_key(prefix: &str, resource: &str, layout: Layout) -> Arc<str> {
     key(prefix, "queue:", resource, layout)
 }
@@ -52,6 +53,7 @@ pub(crate) fn queue_key(prefix: &str, resource: &str, layout: Layout) -> Arc<str
 /// classic competition). A release reads it with the lock key in one
 /// `MGET` and spends nothing more on notices, the queue or claims when it
 /// is absent (issue 32: `PUBSUB NUMSUB` on every release).
+#[cfg(test)]
 pub(crate) fn wait_key(prefix: &str, resource: &str, layout: Layout) -> Arc<str> {
     key(prefix, "wait:", resource, layout)
 }
@@ -60,6 +62,7 @@ pub(crate) fn wait_key(prefix: &str, resource: &str, layout: Layout) -> Arc<str>
 /// client waiting outside the fair queue whose attempt was refused there
 /// claims the next turn (DESIGN.md, section 2, fair queue, "Outside
 /// turns").
+#[cfg(test)]
 pub(crate) fn claim_key(prefix: &str, resource: &str, layout: Layout) -> Arc<str> {
     key(prefix, "claim:", resource, layout)
 }
@@ -144,6 +147,24 @@ pub(crate) fn key(prefix: &str, kind: &str, resource: &str, layout: Layout) -> A
             let _ = write!(key, "{{{}}}", fence_bucket(resource));
         }
         key.push_str(resource);
+    })
+}
+
+/// The key of kind `kind` (`"queue:"`, `"wait:"`, `"claim:"`) of the
+/// resource whose lock key is `lock`, under a prefix of `prefix_len`
+/// bytes: the lock key with its kind replaced, as [`key`] would name it
+/// (`queue_key`, `wait_key` and `claim_key`, which the tests keep as the
+/// definitions: `sibling_keys_are_the_keys_the_resource_would_get`).
+pub(crate) fn sibling_key(lock: &str, prefix_len: usize, kind: &str) -> Arc<str> {
+    let (prefix, rest) = match (lock.get(..prefix_len), lock.get(prefix_len..)) {
+        (Some(prefix), Some(rest)) => (prefix, rest),
+        _ => ("", lock),
+    };
+    let rest = rest.strip_prefix("lock:").unwrap_or(rest);
+    arc_built(|key| {
+        key.push_str(prefix);
+        key.push_str(kind);
+        key.push_str(rest);
     })
 }
 
@@ -500,6 +521,30 @@ mod tests {
         let mut out = String::from("x:");
         push_hex(&mut out, 0x1234_5678_9abc_def0_1122_3344_5566_7788, 8);
         assert_eq!(out, "x:55667788", "the low digits only");
+    }
+
+    #[test]
+    fn sibling_keys_are_the_keys_the_resource_would_get() {
+        for layout in [Layout::Plain, Layout::Tagged] {
+            for prefix in ["redfence:", "", "app:lock:", "x"] {
+                for resource in ["r", "lock:r", "a{b}c", "ünïcode", ""] {
+                    let lock = lock_key(prefix, resource, layout);
+                    let n = prefix.len();
+                    assert_eq!(
+                        sibling_key(&lock, n, "queue:"),
+                        queue_key(prefix, resource, layout)
+                    );
+                    assert_eq!(
+                        sibling_key(&lock, n, "wait:"),
+                        wait_key(prefix, resource, layout)
+                    );
+                    assert_eq!(
+                        sibling_key(&lock, n, "claim:"),
+                        claim_key(prefix, resource, layout)
+                    );
+                }
+            }
+        }
     }
 
     #[test]

@@ -35,9 +35,6 @@ pub(crate) struct Shared {
     pub(crate) id_text: Arc<str>,
     /// The fence key of every bucket, named once (with fencing on).
     fence_keys: Vec<Arc<str>>,
-    /// `config.key_prefix`, shared by every target's home (which names
-    /// its queue and claim keys only when asked).
-    key_prefix: Arc<str>,
     pub(crate) counters: Counters,
     /// The longest TTL requested so far, in ms: the restart guard's
     /// default window.
@@ -141,7 +138,6 @@ impl Shared {
     pub(crate) fn new(nodes: Vec<Arc<Node>>, config: Config) -> Arc<Self> {
         let id_text: Arc<str> = client_tag().into();
         let waits = Waits::new(&id_text, config.max_local_handoffs);
-        let key_prefix: Arc<str> = config.key_prefix.as_str().into();
         let fence_keys = if config.fencing {
             fence_keys(&config.key_prefix)
         } else {
@@ -152,7 +148,6 @@ impl Shared {
             config,
             id_text,
             fence_keys,
-            key_prefix,
             counters: Counters::default(),
             longest_ttl_ms: AtomicU64::new(0),
             waits,
@@ -190,17 +185,11 @@ impl Shared {
             .get(index)
             .is_some_and(|node| matches!(node.kind(), Kind::Server(_)));
         let pregrant_fence = fence.clone().filter(|_| plain);
-        let name: Arc<str> = resource.into();
-        let home = Home::of(
-            index,
-            self.key_prefix.clone(),
-            name.clone(),
-            self.config.layout,
-            pregrant_fence,
-        );
+        let key = lock_key(prefix, resource, self.config.layout);
+        let home = Home::of(index, key.clone(), prefix.len(), pregrant_fence);
         Ok(Target {
-            resource: name,
-            key: lock_key(prefix, resource, self.config.layout),
+            resource: resource.into(),
+            key,
             ttl: checked,
             drift,
             fence,

@@ -10,7 +10,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::logic::resource::{claim_key, queue_key, wait_key, Layout};
+use crate::logic::resource::sibling_key;
 use crate::logic::validity::later;
 
 /// Where a resource's fair queue lives: one of the N nodes, the same for
@@ -18,7 +18,7 @@ use crate::logic::validity::later;
 #[derive(Debug, Clone)]
 pub(crate) struct Home {
     pub(crate) index: usize,
-    /// The resource's waiting marker (`resource::wait_key`), on every node.
+    /// The resource's waiting marker (`resource::sibling_key` of kind `wait:`), on every node.
     pub(crate) marker: Arc<str>,
     /// The fence key the home's release moves when it pre-grants the
     /// named waiter its vote: with fencing on, on a plain server (a
@@ -34,41 +34,38 @@ pub(crate) struct Home {
 /// use them (issue 32: two allocations per cycle), or given.
 #[derive(Debug, Clone)]
 enum Names {
-    /// `resource::queue_key` and `resource::claim_key` of `resource`
-    /// (the claim only where the home pre-grants).
+    /// The `queue:` and `claim:` keys (`resource::key`) of the resource
+    /// whose lock key is `lock` (the claim only where the home pre-grants),
+    /// named from it (`resource::sibling_key`).
     Of {
-        prefix: Arc<str>,
-        resource: Arc<str>,
-        layout: Layout,
+        lock: Arc<str>,
+        prefix_len: usize,
         claims: bool,
     },
-    Given {
-        queue: Arc<str>,
-        claim: Option<Arc<str>>,
-    },
+    /// Given keys (the queue, the claim): boxed, so that the common form
+    /// keeps a home (moved with every attempt) no larger.
+    Given(Box<(Arc<str>, Option<Arc<str>>)>),
 }
 
 impl Home {
-    /// The home at node `index` of `resource`, its keys under `prefix` in
-    /// `layout`. The outside claim exists where the home pre-grants
-    /// (`pregrant_fence` is set): a polling waiter refused there claims the
-    /// next turn, and the release reserves the home's vote for it instead
-    /// of the queue's next waiter.
+    /// The home at node `index` of the resource whose lock key is `lock`,
+    /// under a key prefix of `prefix_len` bytes. The outside claim exists
+    /// where the home pre-grants (`pregrant_fence` is set): a polling
+    /// waiter refused there claims the next turn, and the release reserves
+    /// the home's vote for it instead of the queue's next waiter.
     pub(crate) fn of(
         index: usize,
-        prefix: Arc<str>,
-        resource: Arc<str>,
-        layout: Layout,
+        lock: Arc<str>,
+        prefix_len: usize,
         pregrant_fence: Option<Arc<str>>,
     ) -> Self {
         Home {
             index,
-            marker: wait_key(&prefix, &resource, layout),
+            marker: sibling_key(&lock, prefix_len, "wait:"),
             names: Names::Of {
                 claims: pregrant_fence.is_some(),
-                prefix,
-                resource,
-                layout,
+                lock,
+                prefix_len,
             },
             pregrant_fence,
         }
@@ -87,40 +84,36 @@ impl Home {
             index,
             marker,
             pregrant_fence,
-            names: Names::Given { queue, claim },
+            names: Names::Given(Box::new((queue, claim))),
         }
     }
 
-    /// The fair queue's key (`resource::queue_key`).
+    /// The fair queue's key (kind `queue:`).
     pub(crate) fn queue(&self) -> Arc<str> {
         match &self.names {
             Names::Of {
-                prefix,
-                resource,
-                layout,
-                ..
-            } => queue_key(prefix, resource, *layout),
-            Names::Given { queue, .. } => queue.clone(),
+                lock, prefix_len, ..
+            } => sibling_key(lock, *prefix_len, "queue:"),
+            Names::Given(given) => given.0.clone(),
         }
     }
 
-    /// The outside claim's key (`resource::claim_key`), where the home
+    /// The outside claim's key (kind `claim:`), where the home
     /// pre-grants.
     pub(crate) fn claim(&self) -> Option<Arc<str>> {
         match &self.names {
             Names::Of {
-                prefix,
-                resource,
-                layout,
+                lock,
+                prefix_len,
                 claims,
-            } => claims.then(|| claim_key(prefix, resource, *layout)),
-            Names::Given { claim, .. } => claim.clone(),
+            } => claims.then(|| sibling_key(lock, *prefix_len, "claim:")),
+            Names::Given(given) => given.1.clone(),
         }
     }
 
     /// Gives the queue and claim keys (a read-write lock's own).
     pub(crate) fn set_names(&mut self, queue: Arc<str>, claim: Option<Arc<str>>) {
-        self.names = Names::Given { queue, claim };
+        self.names = Names::Given(Box::new((queue, claim)));
     }
 }
 
