@@ -68,7 +68,10 @@ pub enum NodeErrorKind {
     /// Another owner holds the key on this node.
     #[error("held by another owner{}", fmt_expiry(*.expires_in))]
     HeldByOther {
-        /// The holder's remaining TTL on this node, when the node reported it.
+        /// The holder's remaining TTL on this node, when the node reported
+        /// it: the retries of a waiting `acquire` ask; a first attempt on
+        /// a resource none of this client's tasks waits for
+        /// (`try_acquire`'s, and `acquire`'s first) does not.
         expires_in: Option<Duration>,
     },
     /// The key on this node is absent or has another owner's value (extend or

@@ -239,10 +239,16 @@ async fn fair_wait(
     // task of this client starting meanwhile joins the queue at once, as
     // it did behind this one's place (`Waits::first_attempt`), and so may
     // be ahead of this one in it.
+    //
+    // That attempt is `try_acquire`'s, without the holder's `PTTL`: in the
+    // transaction it would be a fourth queued command on every node of
+    // every uncontended cycle (measured: 1.4 µs of Redis CPU per one-node
+    // cycle, about 15 %; BENCHMARKS.md, runs F1–F3). Refused, the join's
+    // look reads the holder's TTL on the home, and the retries read it
+    // everywhere.
     let mut early = None;
     if let Some(first) = shared.waits.first_attempt(&target.key, &target.home) {
-        let probe = target.fence.is_some() && retry.allows_another(1);
-        match attempt_pregranted(shared, target, probe, None, None, None).await {
+        match attempt_pregranted(shared, target, false, None, None, None).await {
             Ok(grant) => {
                 first.granted(grant.held.expires_at);
                 return Ok(Ok((grant, 1)));
@@ -368,9 +374,11 @@ async fn queued_wait(
             // The attempt made before the place (above), refused.
             Some(failure) => Err(failure),
             None => {
-                // With fencing the script reads the holder's TTL only when
-                // it refuses, so a first attempt that may be followed by
-                // another asks at no cost when granted.
+                // A first attempt here comes behind this client's other
+                // waiters (the resource is busy): it asks for the holder's
+                // TTL when another may follow, at the cost of a queued
+                // `PTTL` in the transaction (the script reads it only when
+                // it refuses).
                 let probe = waiter.attempts > 1
                     || waiter.queued
                     || (target.fence.is_some() && retry.allows_another(waiter.attempts));

@@ -1494,10 +1494,11 @@ async fn clients_outside_a_busy_queue_get_turns() {
 
 /// An uncontended cycle pays only for what it uses (issue 32): `acquire`
 /// (the fair queue's default path) of free resources subscribes to
-/// nothing, as `try_acquire` never did, and their releases ask nobody
-/// whether someone listens. Before, every such acquire sent a
-/// `SUBSCRIBE` to the resource's home (and an `UNSUBSCRIBE` a moment
-/// later): 1.00 per cycle.
+/// nothing, as `try_acquire` never did, asks for no holder's `PTTL`, and
+/// their releases ask nobody whether someone listens. Before, every such
+/// acquire sent a `SUBSCRIBE` to the resource's home (and an
+/// `UNSUBSCRIBE` a moment later): 1.00 per cycle; and its transaction
+/// carried a `PTTL` on every node, 1.00 per node and cycle.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_uncontended_acquire_subscribes_to_nothing() {
     let cluster = Cluster::start(3);
@@ -1530,7 +1531,8 @@ async fn an_uncontended_acquire_subscribes_to_nothing() {
             .map(|m| m.lines().iter().filter(|l| l.contains(sha)).count())
             .sum()
     };
-    let (before, looked) = (subscribes(), numsubs());
+    let pttls = || -> u64 { cluster.nodes.iter().map(|n| calls(n, "pttl")).sum() };
+    let (before, looked, probed) = (subscribes(), numsubs(), pttls());
     for i in 0..40 {
         let g = c.acquire(&format!("free-{i}"), secs(5)).await.unwrap();
         g.release().await;
@@ -1555,6 +1557,7 @@ async fn an_uncontended_acquire_subscribes_to_nothing() {
         0,
         "SUBSCRIBEs for 40 uncontended acquires"
     );
+    assert_eq!(pttls() - probed, 0, "PTTLs for 40 uncontended acquires");
     // Nobody waits, so no release asks who listens or looks at a queue:
     // its script reads the lock key and the waiting marker in one `MGET`
     // and deletes. Before, every release ran `PUBSUB NUMSUB` on every node
@@ -1572,6 +1575,9 @@ async fn an_uncontended_acquire_subscribes_to_nothing() {
         subscribes() > before,
         "a waiting acquire subscribed to nothing"
     );
+    // (The counter sees a `PTTL` run inside a script: the waiter's join
+    // reads the holder's on the home.)
+    assert!(pttls() > probed, "a waiter's join read no PTTL");
     let (full_before, lean_before) = (ran(&full), ran(&lean));
     let (got, _) = release_and_wait(held, waiter, secs(20)).await;
     assert!(

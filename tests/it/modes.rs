@@ -165,10 +165,36 @@ async fn held_is_contended(n: usize) {
     assert!(unrelated.is_some());
     unrelated.unwrap().release().await;
 
-    // A waiting acquire gives up after its deadline with the holder's detail.
+    // A waiting acquire's first attempt is `try_acquire`'s: refused, it
+    // does not say how long the holder keeps the lock (asking would cost
+    // every uncontended acquire a `PTTL` on each node). Its pause (10 s)
+    // outlasts the wait, so it is the only attempt.
     let err = other
         .lock("held", secs(10))
-        .retry(Retry::new().with_max_wait(ms(300)))
+        .retry(Retry::new().with_max_wait(ms(300)).with_delay(secs(10)))
+        .acquire()
+        .await
+        .unwrap_err();
+    let q = err.quorum_failure().unwrap();
+    assert_eq!(q.attempts, 1, "{err}");
+    assert!(q.failures.len() > n - q.quorum, "{err}");
+    assert!(
+        q.failures
+            .iter()
+            .all(|f| matches!(f.kind, NodeErrorKind::HeldByOther { expires_in: None })),
+        "{err}"
+    );
+    // A waiting acquire that retries gives up after its deadline with the
+    // holder's detail.
+    let err = other
+        .lock("held", secs(10))
+        .retry(
+            Retry::new()
+                .with_max_wait(ms(400))
+                .with_delay(ms(20))
+                .with_jitter(ms(1))
+                .with_max_jitter(ms(1)),
+        )
         .acquire()
         .await
         .unwrap_err();
@@ -178,9 +204,8 @@ async fn held_is_contended(n: usize) {
     assert_eq!(q.reason, FailureReason::Contended);
     assert_eq!(q.resource, "held");
     assert_eq!(q.granted, 0, "{err}");
-    // At least the first attempt; a fair-queue waiter then waits for its
-    // turn (the holder's release or expiry) without attempts bound to fail.
-    assert!(q.attempts >= 1, "{err}");
+    // The first attempt and, at the 20 ms pauses, at least one retry.
+    assert!(q.attempts >= 2, "{err}");
     assert!(q.failures.len() > n - q.quorum, "{err}");
     for f in &q.failures {
         // A waiter's retries ask for the holder's TTL in the same round
