@@ -104,7 +104,9 @@
 //! `REDFENCE_BENCH_SECS` sets each window (default 2 s) and
 //! `REDFENCE_BENCH_REPS` the repetitions (default 3);
 //! `REDFENCE_BENCH_SECS=0.2 REDFENCE_BENCH_REPS=1` is the smoke run of
-//! `.ci/run` (about 8 s), not a measurement.
+//! `.ci/run` (about 8 s), not a measurement. `REDFENCE_BENCH_ROWS=1x32,5x1`
+//! runs only the groups listed (nodes x concurrency), every subject in
+//! each.
 //!
 //! `cargo bench --bench peers -- --instructions` counts the client's
 //! instructions per cycle with callgrind instead (`peers/instructions.rs`).
@@ -434,6 +436,26 @@ fn reps() -> Result<usize, String> {
     }
 }
 
+/// `REDFENCE_BENCH_ROWS`: the groups to run, `None` for all of them.
+fn groups() -> Result<Option<Vec<(usize, usize)>>, String> {
+    let Ok(list) = std::env::var("REDFENCE_BENCH_ROWS") else {
+        return Ok(None);
+    };
+    list.split(',')
+        .map(|g| {
+            let (n, c) = g.trim().split_once('x').unwrap_or(("", ""));
+            match (n.parse(), c.parse()) {
+                (Ok(n), Ok(c)) if NODES.contains(&n) && CONCURRENCY.contains(&c) => Ok((n, c)),
+                _ => Err(format!(
+                    "REDFENCE_BENCH_ROWS={list:?}: expected groups like 1x32,5x1 \
+                     (nodes {NODES:?} x concurrency {CONCURRENCY:?})"
+                )),
+            }
+        })
+        .collect::<Result<Vec<_>, _>>()
+        .map(Some)
+}
+
 fn parent() -> i32 {
     let measure = match preflight(MEASURE_DEFAULT) {
         Ok(s) => s,
@@ -456,9 +478,22 @@ fn parent() -> i32 {
             return 1;
         }
     };
+    let groups = match groups() {
+        Ok(g) => g,
+        Err(msg) => {
+            eprintln!("{msg}");
+            return 2;
+        }
+    };
     let mut rows: Vec<Row> = Vec::new();
     for concurrency in CONCURRENCY {
         for nodes in NODES {
+            if !groups
+                .as_ref()
+                .is_none_or(|g| g.contains(&(nodes, concurrency)))
+            {
+                continue;
+            }
             for kind in Kind::ALL.into_iter().filter(|k| k.runs_on(nodes)) {
                 rows.push(Row {
                     kind,

@@ -27,6 +27,7 @@ use std::time::Instant;
 
 use futures::future::BoxFuture;
 use futures::stream::{FuturesUnordered, StreamExt};
+use futures::FutureExt;
 
 use crate::error::failure::{NodeErrorKind, NodeFailure};
 use crate::logic::quorum::{Decision, Tally};
@@ -207,8 +208,12 @@ impl<T: Send + Default + 'static> FanOut<T> {
             // rule above assumes (a release then trailing the notice it
             // caused on another node, or a straggler behind a later
             // release). The futures are small; none loops.
+            // `map`, not `async move { (i, fut.await) }`: such a block
+            // keeps the future twice (its capture and its awaitee), which
+            // doubled the boxed size and copied the request once more on
+            // its first poll.
             let fut = tokio::task::unconstrained(op(Arc::clone(node), settled.clone()));
-            pending.push(Box::pin(async move { (i, fut.await) }) as NodeFuture<T>);
+            pending.push(Box::pin(fut.map(move |answer| (i, answer))) as NodeFuture<T>);
         }
         Self {
             nodes: Arc::clone(nodes),
