@@ -18,7 +18,8 @@ use crate::logic::validity::later;
 #[derive(Debug, Clone)]
 pub(crate) struct Home {
     pub(crate) index: usize,
-    /// The resource's waiting marker (`resource::sibling_key` of kind `wait:`), on every node.
+    /// The resource's waiting marker (`resource::sibling_key` of kind
+    /// `wait:`), on every node.
     pub(crate) marker: Arc<str>,
     /// The fence key the home's release moves when it pre-grants the
     /// named waiter its vote: with fencing on, on a plain server (a
