@@ -207,7 +207,7 @@ impl<T: Send + Default + 'static> FanOut<T> {
             // room, and its command would be queued later than the ordering
             // rule above assumes (a release then trailing the notice it
             // caused on another node, or a straggler behind a later
-            // release). The futures are small; none loops.
+            // release). The futures do little work; none loops.
             // `map`, not `async move { (i, fut.await) }`: such a block
             // keeps the future twice (its capture and its awaitee), which
             // doubled the boxed size and copied the request once more on
