@@ -106,7 +106,12 @@
 //! `REDFENCE_BENCH_SECS=0.2 REDFENCE_BENCH_REPS=1` is the smoke run of
 //! `.ci/run` (about 8 s), not a measurement. `REDFENCE_BENCH_ROWS=1x32,5x1`
 //! runs only the groups listed (nodes x concurrency), every subject in
-//! each.
+//! each; `REDFENCE_BENCH_KINDS=rslock,redfence-acquire` only the subjects
+//! listed (by their child argument), for an A/B with more repetitions.
+//! Under the main table, the ratios to rslock are also taken per
+//! repetition (paired: the two children ran seconds apart) and their
+//! median shown: the machine's speed drifts by tens of per cent over a
+//! run, which a ratio of medians over 3 repetitions does not cancel.
 //!
 //! `cargo bench --bench peers -- --instructions` counts the client's
 //! instructions per cycle with callgrind instead (`peers/instructions.rs`).
@@ -436,6 +441,27 @@ fn reps() -> Result<usize, String> {
     }
 }
 
+/// `REDFENCE_BENCH_KINDS`: the subjects to run (their child arguments),
+/// `None` for all of them.
+fn kinds() -> Result<Option<Vec<Kind>>, String> {
+    let Ok(list) = std::env::var("REDFENCE_BENCH_KINDS") else {
+        return Ok(None);
+    };
+    list.split(',')
+        .map(|k| {
+            Kind::from_arg(k.trim()).ok_or_else(|| {
+                let names: Vec<&str> = Kind::ALL.iter().map(|k| k.arg()).collect();
+                format!(
+                    "REDFENCE_BENCH_KINDS={list:?}: expected subjects like rslock,redfence-acquire \
+                     (any of {})",
+                    names.join(", ")
+                )
+            })
+        })
+        .collect::<Result<Vec<_>, _>>()
+        .map(Some)
+}
+
 /// `REDFENCE_BENCH_ROWS`: the groups to run, `None` for all of them.
 fn groups() -> Result<Option<Vec<(usize, usize)>>, String> {
     let Ok(list) = std::env::var("REDFENCE_BENCH_ROWS") else {
@@ -478,9 +504,9 @@ fn parent() -> i32 {
             return 1;
         }
     };
-    let groups = match groups() {
-        Ok(g) => g,
-        Err(msg) => {
+    let (groups, kinds) = match (groups(), kinds()) {
+        (Ok(g), Ok(k)) => (g, k),
+        (Err(msg), _) | (_, Err(msg)) => {
             eprintln!("{msg}");
             return 2;
         }
@@ -494,7 +520,12 @@ fn parent() -> i32 {
             {
                 continue;
             }
-            for kind in Kind::ALL.into_iter().filter(|k| k.runs_on(nodes)) {
+            let chosen = |k: &Kind| kinds.as_ref().is_none_or(|list| list.contains(k));
+            for kind in Kind::ALL
+                .into_iter()
+                .filter(|k| k.runs_on(nodes))
+                .filter(chosen)
+            {
                 rows.push(Row {
                     kind,
                     nodes,
@@ -1175,6 +1206,8 @@ impl Report<'_> {
         let mut out = String::new();
         self.main_table(&mut out);
         out.push('\n');
+        self.paired(&mut out);
+        out.push('\n');
         self.details(&mut out);
         out.push('\n');
         self.breakdown(&mut out);
@@ -1231,6 +1264,49 @@ impl Report<'_> {
                 r.redis_cpu(),
                 ratio(peer.map(|p| r.redis_cpu() / p.redis_cpu())),
                 ratio(peer.map(|p| r.total_cpu() / p.total_cpu())),
+            );
+        }
+    }
+
+    /// The ratios to rslock taken per repetition: in a repetition the
+    /// group's children run one after the other, seconds apart, so a ratio
+    /// of two of them is less exposed than a ratio of medians to the
+    /// machine's speed drifting over the run (BENCHMARKS.md, "Paired
+    /// ratios").
+    fn paired(&self, out: &mut String) {
+        out.push_str(
+            "Paired: per repetition, this row's value ÷ rslock's in the same repetition \
+             (children of one group run back to back, in an order rotated per repetition); \
+             median over the repetitions, with the lowest–highest:\n\n\
+             | client | nodes | c | cycles/s ÷ rslock, paired | range | client CPU ÷ rslock, paired | range |\n\
+             |---|---:|---:|---:|---:|---:|---:|\n",
+        );
+        for r in self.rows.iter().filter(|r| r.kind != Kind::Rslock) {
+            let Some(peer) = self.find(Kind::Rslock, r.nodes, r.concurrency) else {
+                continue;
+            };
+            let pairs = |f: &dyn Fn(&Run) -> f64| -> Vec<f64> {
+                r.runs
+                    .iter()
+                    .zip(&peer.runs)
+                    .map(|(a, b)| f(a) / f(b))
+                    .collect()
+            };
+            let rate = pairs(&Run::per_sec);
+            let cpu = pairs(&|run: &Run| run.per_cycle(run.child_cpu_ns));
+            let span = |v: &[f64]| {
+                let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
+                let hi = v.iter().copied().fold(0.0, f64::max);
+                format!("{lo:.2}–{hi:.2}")
+            };
+            let _ = writeln!(
+                out,
+                "| {} | {} | {} | {} | {} |",
+                r.label(),
+                ratio(Some(median(rate.clone()))),
+                span(&rate),
+                ratio(Some(median(cpu.clone()))),
+                span(&cpu),
             );
         }
     }
