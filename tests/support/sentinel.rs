@@ -192,7 +192,9 @@ impl SentinelGroup {
     pub fn wait_master(&self, index: usize) {
         let port = self.servers[index].port().to_string();
         self.wait_until(&format!("server {index} the master"), |g| {
-            g.servers[index].cli(&["ROLE"]).starts_with("master")
+            g.servers[index]
+                .role()
+                .is_some_and(|role| role.starts_with("master"))
                 && g.sentinels.iter().all(|s| {
                     s.cli(&["SENTINEL", "GET-MASTER-ADDR-BY-NAME", MASTER_NAME])
                         .lines()
