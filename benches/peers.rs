@@ -1271,8 +1271,8 @@ impl Report<'_> {
     /// The ratios to rslock taken per repetition: in a repetition the
     /// group's children run one after the other, seconds apart, so a ratio
     /// of two of them is less exposed than a ratio of medians to the
-    /// machine's speed drifting over the run (BENCHMARKS.md, "Paired
-    /// ratios").
+    /// machine's speed drifting over the run (BENCHMARKS.md, "The current
+    /// code, measured again, with paired ratios").
     fn paired(&self, out: &mut String) {
         out.push_str(
             "Paired: per repetition, this row's value ÷ rslock's in the same repetition \
