@@ -300,14 +300,32 @@ pub(crate) fn start_release(
     } else {
         format!("{}{notice_id}", shared.waits.tag()).into()
     };
-    // Not at all when the home is the only node asked (one node).
+    // When this client knows of nothing to tend for the resource (no
+    // ticket, no handover, none of its tasks waits for it, its last
+    // release on the home named nobody: `Waits::quiet`), every node gets
+    // the lean script first, packed once for all of them, and a node
+    // answers -1 (the resource is waited for there) before its full
+    // release is sent. Elsewhere, the full script at once. Issue 32: the
+    // full script's four arguments cost Redis about half a microsecond a
+    // call more than the lean one's one, on every node but the home.
+    let lean = (step.handover.is_none()
+        && held.ticket.is_none()
+        && !step.by_hash
+        && shared.waits.quiet(&held.key))
+    .then(|| {
+        let evalsha =
+            RELEASE_LEAN.evalsha(&[&held.key, &held.home.marker], &[held.value.as_bytes()]);
+        Arc::new(PackedOnce::new(evalsha, step.targets.count_ones() as usize))
+    });
+    // Not at all when the home is the only node asked (one node), nor
+    // when the lean script goes first (a node that answers -1 names its
+    // channel then).
     let home_only = held.granted && step.targets & !node_set([held.home.index]) == 0;
     // Nodes usually share a database index: name that channel, and build
-    // the EVALSHA that carries it, once; not at all when only the home is
-    // asked (its full release, rare, names it then).
+    // the EVALSHA that carries it, once.
     let db0 = shared.nodes.first().map_or(0, |n| n.db());
-    let channel0: Option<Arc<str>> =
-        (!home_only).then(|| arc_built(|c| push_notice_channel(c, &held.key, db0)));
+    let channel0: Option<Arc<str>> = (!home_only && lean.is_none())
+        .then(|| arc_built(|c| push_notice_channel(c, &held.key, db0)));
     let by_hash: &[u8] = if step.by_hash { b"sha1" } else { b"" };
     // Packed once for the nodes that share it (all but a granted lock's
     // home).
@@ -316,13 +334,13 @@ pub(crate) fn start_release(
     } else {
         step.targets
     };
-    let evalsha0 = (!home_only).then(|| {
+    let evalsha0 = channel0.as_ref().map(|channel0| {
         let evalsha = RELEASE.evalsha(
             &[&held.key, &held.home.marker],
             &[
                 held.value.as_bytes(),
                 notice.as_bytes(),
-                channel0.as_deref().unwrap_or_default().as_bytes(),
+                channel0.as_bytes(),
                 by_hash,
             ],
         );
@@ -332,25 +350,14 @@ pub(crate) fn start_release(
     // holder's ticket if it is still there and names the next waiter's
     // (the new head, left in place until that holder's release). Only a
     // granted lock's release does: a failed attempt's cleanup frees
-    // nothing that waiters are owed. When this client knows of nothing
-    // to tend there (no ticket, no handover, none of its tasks waits for
-    // the resource), the lean script goes first and the full one only if
-    // the resource turns out to be waited for (issue 32).
+    // nothing that waiters are owed.
     let home = held.granted.then(|| {
         let db = shared.nodes.get(held.home.index).map_or(db0, |n| n.db());
-        let lean = (step.handover.is_none()
-            && held.ticket.is_none()
-            && shared.waits.quiet(&held.key))
-        .then(|| RELEASE_LEAN.evalsha(&[&held.key, &held.home.marker], &[held.value.as_bytes()]));
         HomeRelease {
-            lean,
             held: held.clone(),
             notice: notice.clone(),
-            channel: if db == db0 {
-                channel0.clone()
-            } else {
-                Some(notice_channel(&held.key, db).into())
-            },
+            // Named by `full` when not here.
+            channel: if db == db0 { channel0.clone() } else { None },
             db,
             tag: shared.id_text.clone(),
             hand_over: handover.is_some(),
@@ -384,30 +391,31 @@ pub(crate) fn start_release(
                     (None, None)
                 }
                 _ if node.db() == db0 => (channel0.clone(), evalsha0.clone()),
-                _ => (Some(notice_channel(&key, node.db()).into()), None),
+                _ => (None, None),
             };
+            let lean = lean.clone();
             let by_hash = step.by_hash;
             let deadline = step.deadline;
             async move {
                 let send = || async {
+                    if let Some(lean) = &lean {
+                        match node
+                            .run_script_prepared(
+                                &RELEASE_LEAN,
+                                &**lean,
+                                &Settled::NEVER,
+                                true,
+                                None,
+                            )
+                            .await
+                        {
+                            // Waited for: the full release.
+                            Ok(redis::Value::Int(-1)) => {}
+                            other => return other,
+                        }
+                    }
                     match (&at_home, &evalsha) {
                         (Some(home), _) => {
-                            if let Some(lean) = &home.lean {
-                                match node
-                                    .run_script_prepared(
-                                        &RELEASE_LEAN,
-                                        lean,
-                                        &Settled::NEVER,
-                                        true,
-                                        None,
-                                    )
-                                    .await
-                                {
-                                    // Waited for: the full release.
-                                    Ok(redis::Value::Int(-1)) => {}
-                                    other => return other,
-                                }
-                            }
                             let full = home.full();
                             match &full.vouched {
                                 Some(vouched) => {
@@ -432,8 +440,15 @@ pub(crate) fn start_release(
                         }
                         (None, None) => {
                             let hashed: &[u8] = if by_hash { b"sha1" } else { b"" };
-                            // Named for every node but a lone home's.
-                            let channel = channel.as_deref().unwrap_or_default();
+                            // This node's channel, unless named once for all.
+                            let named;
+                            let channel = match &channel {
+                                Some(channel) => &**channel,
+                                None => {
+                                    named = notice_channel(&key, node.db());
+                                    &*named
+                                }
+                            };
                             let args: [&[u8]; 4] = [
                                 value.as_bytes(),
                                 notice.as_bytes(),
@@ -572,11 +587,10 @@ struct Home {
     plain: redis::Cmd,
 }
 
-/// What the home node's release needs: the lean form, when it goes first,
-/// and the full one's makings, built into commands only when sent (in the
-/// common case, never).
+/// What the home node's full release needs, built into commands only when
+/// sent (in the common case, never: the lean script, when it goes first,
+/// is shared by every node).
 struct HomeRelease {
-    lean: Option<redis::Cmd>,
     held: Held,
     notice: Arc<str>,
     /// The notice channel on the home's database; `None` when only the

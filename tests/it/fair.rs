@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use redfence::{Client, Retry};
 
-use crate::helpers::{calls, eventually, ms, secs, warm_up};
+use crate::helpers::{calls, eventually, lock_key, ms, secs, warm_up};
 use crate::support::Cluster;
 
 /// The fair queue's key of `resource` under the default prefix.
@@ -1537,20 +1537,20 @@ async fn an_uncontended_acquire_subscribes_to_nothing() {
         let g = c.acquire(&format!("free-{i}"), secs(5)).await.unwrap();
         g.release().await;
     }
-    // The home of each ran the lean release once, and the full one never
-    // (the two others of the three nodes ran the full script's short
-    // compare-and-delete form, 80 in all). Counted once the background
-    // halves of the releases have landed.
+    // Every node of each ran the lean release once, 120 in all, and the
+    // full one never (before, the two others of the three nodes ran the
+    // full script, whose four arguments cost Redis more). Counted once the
+    // background halves of the releases have landed (MONITOR's stream may
+    // lag a moment behind the replies).
     assert!(
-        eventually(secs(10), || ran(&full) == 80).await,
-        "full release scripts: {} (80 expected: the two non-home nodes)",
-        ran(&full)
-    );
-    // (MONITOR's stream may lag a moment behind the replies.)
-    assert!(
-        eventually(secs(10), || ran(&lean) == 40).await,
-        "lean release scripts for 40 homes: {}",
+        eventually(secs(10), || ran(&lean) == 120).await,
+        "lean release scripts for 40 releases on 3 nodes: {}",
         ran(&lean)
+    );
+    assert_eq!(
+        ran(&full),
+        0,
+        "full release scripts for 40 uncontended releases"
     );
     assert_eq!(
         subscribes() - before,
@@ -1584,19 +1584,98 @@ async fn an_uncontended_acquire_subscribes_to_nothing() {
         numsubs() > looked,
         "a release with a waiter queued asked nobody who listens"
     );
-    // The holder's client knew of no waiter: the lean release went first,
-    // found the waiting marker, and the full one followed on the home.
+    // The holder's client knew of no waiter: the lean release went first
+    // everywhere; the home found the waiting marker (a fair waiter marks
+    // the home only) and the full one followed there.
     assert!(
-        eventually(secs(10), || ran(&lean) - lean_before == 1).await,
-        "lean releases of the held lock: {} (1 expected)",
+        eventually(secs(10), || ran(&lean) - lean_before == 3).await,
+        "lean releases of the held lock: {} (3 expected, one per node)",
         ran(&lean) - lean_before
     );
     assert!(
-        eventually(secs(10), || ran(&full) - full_before == 3).await,
-        "full releases of the held lock: {} (3 expected: the home's after the lean one, and the two others)",
+        eventually(secs(10), || ran(&full) - full_before == 1).await,
+        "full releases of the held lock: {} (1 expected: the home's after the lean one)",
         ran(&full) - full_before
     );
     got.unwrap().release().await;
+}
+
+/// A quiet holder's release sends the lean script to every node (issue
+/// 32); a node where the resource is marked as waited for answers -1 and
+/// gets the full release, which publishes the notice. A waiter outside
+/// the queue (`fair(false)`) marks every node; with the resource's home
+/// killed, only the other two nodes' notices can wake it, and it gets the
+/// lock within seconds of the release, where its retry policy alone would
+/// sleep 10 s and the holder's keys, left by a lean script that changed
+/// nothing, would live 30 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_marked_node_gets_the_full_release_after_the_lean_one() {
+    let mut cluster = Cluster::start(3);
+    let (holder, waiting) = (client(&cluster, true), client(&cluster, false));
+    warm_up(&holder, &cluster).await;
+    warm_up(&waiting, &cluster).await;
+    let resource = homed_at("marked", 0, 3);
+    let sha = |source: &str| redis::Script::new(source).get_hash().to_owned();
+    let (lean, full) = (
+        sha(include_str!("../../src/wire/lua/release_lean.lua")),
+        sha(include_str!("../../src/wire/lua/release.lua")),
+    );
+    let guard = holder.acquire(&resource, secs(30)).await.unwrap();
+    cluster.node(0).kill();
+    let monitors: Vec<_> = cluster.nodes[1..].iter().map(|n| n.monitor()).collect();
+    // The holder's scripts only: its values begin with its tag (the
+    // waiter's refused attempts are cleaned up with scripts of their own).
+    let tag = format!("\"{}:", holder.id());
+    let ran = |sha: &str| -> Vec<usize> {
+        monitors
+            .iter()
+            .map(|m| {
+                m.lines()
+                    .iter()
+                    .filter(|l| l.contains(sha) && l.contains(&tag))
+                    .count()
+            })
+            .collect()
+    };
+    let marker = format!("{}wait:{resource}", redfence::limits::DEFAULT_PREFIX);
+    let waiter = spawn_notice_waiter(waiting, resource.clone());
+    // The waiter was refused, marked both live nodes and subscribed there.
+    let ready = eventually(secs(10), || {
+        cluster.nodes[1..].iter().all(|n| {
+            n.cli(&["EXISTS", &marker]).trim() == "1"
+                && n.cli(&["PUBSUB", "NUMSUB", &format!("{}@0", lock_key(&resource))])
+                    .lines()
+                    .nth(1)
+                    .is_some_and(|subs| subs.trim() != "0")
+        })
+    })
+    .await;
+    assert!(
+        ready,
+        "the waiter did not mark and subscribe on nodes 1 and 2"
+    );
+    let released_at = Instant::now();
+    let release = tokio::spawn(guard.release());
+    let (got, at) = tokio::time::timeout(secs(20), waiter)
+        .await
+        .expect("the waiter hung")
+        .unwrap();
+    let after = at - released_at;
+    let second = got.expect("the waiter gets the lock from nodes 1 and 2");
+    assert!(
+        after < secs(5),
+        "the waiter got the lock {after:?} after the release: not by a notice"
+    );
+    // Each live node ran the lean script, found the marker, then the full
+    // one.
+    assert!(
+        eventually(secs(10), || ran(&lean) == [1, 1] && ran(&full) == [1, 1]).await,
+        "the holder's lean {:?} and full {:?} releases on nodes 1 and 2 (one each expected)",
+        ran(&lean),
+        ran(&full)
+    );
+    let _ = release.await;
+    second.release().await;
 }
 
 /// A waiter whose first attempt fails just before the holder's release:

@@ -234,8 +234,9 @@ impl Waits {
 
     /// Whether this client has nothing to tend on `key`'s home at a
     /// release: none of its tasks waits for it and its last release there
-    /// named nobody. The release then sends the lean script first
-    /// (`protocol::release`; the home still says when others wait).
+    /// named nobody. The release then sends the lean script first, to
+    /// every node (`protocol::release`; a node where others wait says so,
+    /// and gets the full release).
     pub(crate) fn quiet(&self, key: &str) -> bool {
         !self
             .shared
