@@ -367,9 +367,7 @@ pub(crate) fn start_release(
     let vouch = shared.vote(true);
     // Releases ignore the settled flag and go through to stalled nodes: the
     // acquire they follow may be queued there.
-    let busy = home
-        .as_ref()
-        .map(|_| Arc::new(shared.waits.busy(&held.key)));
+    let busy = (home.is_some() || lean.is_some()).then(|| Arc::new(shared.waits.busy(&held.key)));
     FanOut::start_settled(
         &shared.nodes,
         step.targets,
@@ -394,6 +392,7 @@ pub(crate) fn start_release(
                 _ => (None, None),
             };
             let lean = lean.clone();
+            let marks = lean.as_ref().and(busy.clone());
             let by_hash = step.by_hash;
             let deadline = step.deadline;
             async move {
@@ -409,8 +408,13 @@ pub(crate) fn start_release(
                             )
                             .await
                         {
-                            // Waited for: the full release.
-                            Ok(redis::Value::Int(-1)) => {}
+                            // Waited for: the full release, and at once
+                            // for a while (`Busy::marked`).
+                            Ok(redis::Value::Int(-1)) => {
+                                if let Some(marks) = &marks {
+                                    marks.marked();
+                                }
+                            }
                             other => return other,
                         }
                     }

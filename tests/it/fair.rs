@@ -1607,7 +1607,8 @@ async fn an_uncontended_acquire_subscribes_to_nothing() {
 /// killed, only the other two nodes' notices can wake it, and it gets the
 /// lock within seconds of the release, where its retry policy alone would
 /// sleep 10 s and the holder's keys, left by a lean script that changed
-/// nothing, would live 30 s.
+/// nothing, would live 30 s. The holder's next release then sends the full
+/// script at once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_marked_node_gets_the_full_release_after_the_lean_one() {
     let mut cluster = Cluster::start(3);
@@ -1676,6 +1677,22 @@ async fn a_marked_node_gets_the_full_release_after_the_lean_one() {
     );
     let _ = release.await;
     second.release().await;
+    // The holder's client now knows the resource is waited for: its next
+    // release within `MARKED_FOR` (5 s) sends the full script at once,
+    // without the lean one's round trip (a waiter outside the queue is
+    // never named, so nothing else would tell it).
+    let again = holder.acquire(&resource, secs(30)).await.unwrap();
+    again.release().await;
+    assert!(
+        eventually(secs(10), || ran(&full) == [2, 2]).await,
+        "the holder's full releases on nodes 1 and 2: {:?} (two each expected)",
+        ran(&full)
+    );
+    assert_eq!(
+        ran(&lean),
+        [1, 1],
+        "the holder's lean releases on nodes 1 and 2, the second release included"
+    );
 }
 
 /// A waiter whose first attempt fails just before the holder's release:

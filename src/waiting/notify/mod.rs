@@ -75,6 +75,12 @@ pub(super) const GONE_TICKETS: usize = 128;
 /// (no `SUBSCRIBE`, no confirmation round) and its notice history.
 pub(crate) const LINGER: Duration = Duration::from_secs(5);
 
+/// How long a client's releases of a resource send the full script at
+/// once after a node answered its lean release with -1 (`Busy::marked`):
+/// as long as an idle queue lingers. Then the lean script is tried again,
+/// and the next -1 starts another such stretch.
+pub(crate) const MARKED_FOR: Duration = LINGER;
+
 /// How often a leaving waiter looks for queues idle for [`LINGER`].
 const REAP_EVERY: Duration = Duration::from_secs(1);
 

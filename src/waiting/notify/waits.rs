@@ -10,7 +10,7 @@ use tokio::task::JoinHandle;
 
 use super::queue::Queue;
 use super::state::{lock, Command, Queues, Shared};
-use super::{subscriber, Place};
+use super::{subscriber, Place, MARKED_FOR};
 use crate::node::Node;
 use crate::waiting::pregrant::{HandedOver, Home, Orphan, OrphanHook, Pregrant};
 
@@ -98,6 +98,23 @@ impl Busy {
         if let Some(queue) = self.shared.lock().get_mut(&self.key) {
             queue.busy = busy;
         }
+    }
+
+    /// A node answered this client's lean release with -1: another
+    /// client waits for the resource there. For [`MARKED_FOR`] the
+    /// client's releases of it are not [`quiet`](Waits::quiet) and send
+    /// the full script at once, instead of paying the lean one's round trip
+    /// on every release (a waiter outside the fair queue marks every node,
+    /// and no release names it: nothing else tells the client).
+    pub(crate) fn marked(&self) {
+        let until = Instant::now() + MARKED_FOR;
+        let mut queues = self.shared.lock();
+        let queue = queues.entry(self.key.clone()).or_insert_with(|| Queue {
+            // Reaped as any idle queue unless a waiter comes.
+            idle_since: Some(Instant::now()),
+            ..Queue::default()
+        });
+        queue.marked_until = Some(until);
     }
 
     /// This client's release named `ticket`, one of this client's, in its
@@ -233,16 +250,15 @@ impl Waits {
     }
 
     /// Whether this client has nothing to tend on `key`'s home at a
-    /// release: none of its tasks waits for it and its last release there
-    /// named nobody. The release then sends the lean script first, to
-    /// every node (`protocol::release`; a node where others wait says so,
-    /// and gets the full release).
+    /// release: none of its tasks waits for it, its last release there
+    /// named nobody, and no node answered a lean release of it with -1
+    /// in the last [`MARKED_FOR`]. The release then sends the lean script
+    /// first, to every node (`protocol::release`; a node where others wait
+    /// says so, and gets the full release).
     pub(crate) fn quiet(&self, key: &str) -> bool {
-        !self
-            .shared
-            .lock()
-            .get(key)
-            .is_some_and(|q| q.busy || !q.waiters.is_empty())
+        !self.shared.lock().get(key).is_some_and(|q| {
+            q.busy || !q.waiters.is_empty() || q.marked_until.is_some_and(|t| Instant::now() < t)
+        })
     }
 
     /// The prefix of this client's cleanup notices.
