@@ -81,6 +81,11 @@ pub(crate) const LINGER: Duration = Duration::from_secs(5);
 /// and the next -1 starts another such stretch.
 pub(crate) const MARKED_FOR: Duration = LINGER;
 
+/// The size at which the memory of marked resources drops its lapsed
+/// entries (when the next one is added): it holds more only when more
+/// resources than this were marked within [`MARKED_FOR`].
+const MARKED_PRUNE_AT: usize = 1024;
+
 /// How often a leaving waiter looks for queues idle for [`LINGER`].
 const REAP_EVERY: Duration = Duration::from_secs(1);
 

@@ -49,10 +49,6 @@ pub(super) struct Queue {
     /// place ([`Waits::first_attempt`](super::Waits::first_attempt)): a
     /// new waiter joins behind them, as it would behind a waiter.
     pub(super) attempting: u32,
-    /// Until when a release of this client sends the full script at once:
-    /// a node answered its lean script with -1, the resource being marked
-    /// as waited for there by another client ([`Busy::marked`](super::waits::Busy::marked)).
-    pub(super) marked_until: Option<Instant>,
     /// Releases heard (and subscription confirmations, which stand for any
     /// release missed before them). The head retries when it moves.
     pub(super) heard: u64,

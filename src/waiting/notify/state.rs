@@ -2,6 +2,7 @@
 //! (behind one `Arc`): the queues per resource, the commands to the
 //! per-node tasks, and what a heard notice does to them.
 
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -16,6 +17,10 @@ use crate::waiting::pregrant::{naming, Orphan, OrphanHook};
 /// process all the same), which took 4 % of an uncontended cycle's client
 /// instructions (BENCHMARKS.md, "Out of process").
 pub(super) type Queues = std::collections::HashMap<Arc<str>, Queue, foldhash::fast::RandomState>;
+
+/// Until when this client's releases of each lock key send the full script
+/// at once (see [`Busy::marked`](super::waits::Busy::marked)).
+pub(super) type Marked = std::collections::HashMap<Arc<str>, Instant, foldhash::fast::RandomState>;
 
 #[derive(Debug, Default)]
 pub(super) struct Shared {
@@ -40,6 +45,14 @@ pub(super) struct Shared {
     /// When a leaving waiter next scans the queues for idle ones (see
     /// [`Shared::reap_now_and_then`]).
     pub(super) next_reap: Mutex<Option<Instant>>,
+    /// Resources a node answered this client's lean release of with -1
+    /// (another client marked them as waited for), kept apart from the
+    /// queues: a client that never waits for a resource has no queue for
+    /// it, and a queue made here would miss what a waiter's makes.
+    pub(super) marked: Mutex<Marked>,
+    /// Whether `marked` holds any entry: an uncontended release reads this
+    /// one flag, not the map.
+    pub(super) marked_any: AtomicBool,
 }
 
 #[derive(Debug)]

@@ -427,3 +427,42 @@ fn a_first_attempt_without_a_place_keeps_the_next_waiter_behind_it() {
     waits.busy(&key).set(false);
     assert!(waits.first_attempt(&key, &home).is_some());
 }
+
+/// A resource a node answered the lean release of with -1 is not quiet
+/// for `MARKED_FOR` (its releases send the full script at once), without
+/// a queue made for it; then it is quiet again and forgotten.
+#[test]
+fn a_marked_resource_is_not_quiet_until_its_memory_lapses() {
+    use std::sync::atomic::Ordering;
+    let waits = Waits::new("c", DEFAULT_LOCAL_HANDOFFS);
+    let key: Arc<str> = "k".into();
+    assert!(waits.quiet(&key));
+    waits.busy(&key).marked();
+    assert!(!waits.quiet(&key), "marked a moment ago");
+    assert!(waits.quiet("other"), "another resource");
+    assert_eq!(waits.queues(), 0, "no queue made for it");
+    // Lapsed: quiet again, and forgotten.
+    lock(&waits.shared.marked).insert(key.clone(), Instant::now() - MS);
+    assert!(waits.quiet(&key));
+    assert!(lock(&waits.shared.marked).is_empty());
+    assert!(!waits.shared.marked_any.load(Ordering::Relaxed));
+}
+
+/// The memory of marked resources drops its lapsed entries when it
+/// reaches `MARKED_PRUNE_AT`, and keeps the live ones.
+#[test]
+fn the_memory_of_marked_resources_drops_lapsed_entries_at_its_bound() {
+    let waits = Waits::new("c", DEFAULT_LOCAL_HANDOFFS);
+    {
+        let mut marked = lock(&waits.shared.marked);
+        let past = Instant::now() - MS;
+        for i in 0..MARKED_PRUNE_AT - 1 {
+            marked.insert(format!("old{i}").into(), past);
+        }
+        marked.insert("live".into(), Instant::now() + MARKED_FOR);
+    }
+    waits.busy(&"new".into()).marked();
+    let marked = lock(&waits.shared.marked);
+    assert_eq!(marked.len(), 2, "the live entry and the new one");
+    assert!(marked.contains_key("live") && marked.contains_key("new"));
+}

@@ -2,6 +2,7 @@
 //! (the queues per resource and the subscription tasks it owns), and the
 //! two handles a release holds, [`Releasing`] and [`Busy`].
 
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
@@ -10,7 +11,7 @@ use tokio::task::JoinHandle;
 
 use super::queue::Queue;
 use super::state::{lock, Command, Queues, Shared};
-use super::{subscriber, Place, MARKED_FOR};
+use super::{subscriber, Place, MARKED_FOR, MARKED_PRUNE_AT};
 use crate::node::Node;
 use crate::waiting::pregrant::{HandedOver, Home, Orphan, OrphanHook, Pregrant};
 
@@ -107,14 +108,13 @@ impl Busy {
     /// on every release (a waiter outside the fair queue marks every node,
     /// and no release names it: nothing else tells the client).
     pub(crate) fn marked(&self) {
-        let until = Instant::now() + MARKED_FOR;
-        let mut queues = self.shared.lock();
-        let queue = queues.entry(self.key.clone()).or_insert_with(|| Queue {
-            // Reaped as any idle queue unless a waiter comes.
-            idle_since: Some(Instant::now()),
-            ..Queue::default()
-        });
-        queue.marked_until = Some(until);
+        let now = Instant::now();
+        let mut marked = lock(&self.shared.marked);
+        if marked.len() >= MARKED_PRUNE_AT {
+            marked.retain(|_, until| *until > now);
+        }
+        marked.insert(self.key.clone(), now + MARKED_FOR);
+        self.shared.marked_any.store(true, Ordering::Relaxed);
     }
 
     /// This client's release named `ticket`, one of this client's, in its
@@ -256,9 +256,33 @@ impl Waits {
     /// first, to every node (`protocol::release`; a node where others wait
     /// says so, and gets the full release).
     pub(crate) fn quiet(&self, key: &str) -> bool {
-        !self.shared.lock().get(key).is_some_and(|q| {
-            q.busy || !q.waiters.is_empty() || q.marked_until.is_some_and(|t| Instant::now() < t)
-        })
+        let tending = self
+            .shared
+            .lock()
+            .get(key)
+            .is_some_and(|q| q.busy || !q.waiters.is_empty());
+        if tending {
+            return false;
+        }
+        // The map only when something is in it.
+        !(self.shared.marked_any.load(Ordering::Relaxed) && self.marked_now(key))
+    }
+
+    /// Whether `key` was marked in the last [`MARKED_FOR`]; a lapsed entry
+    /// is dropped.
+    fn marked_now(&self, key: &str) -> bool {
+        let mut marked = lock(&self.shared.marked);
+        match marked.get(key) {
+            Some(until) if Instant::now() < *until => true,
+            Some(_) => {
+                marked.remove(key);
+                if marked.is_empty() {
+                    self.shared.marked_any.store(false, Ordering::Relaxed);
+                }
+                false
+            }
+            None => false,
+        }
     }
 
     /// The prefix of this client's cleanup notices.
