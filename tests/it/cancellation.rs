@@ -220,7 +220,16 @@ fn extend_sha() -> String {
 /// node: its warm-up lock (a resource of its own, as the cases run side by
 /// side) reached all of them.
 async fn cut_client(cluster: &Cluster, resource: &str) -> Client {
-    let client = client_with_timeout(cluster.urls(), ms(300));
+    warmed(
+        client_with_timeout(cluster.urls(), ms(300)),
+        cluster,
+        resource,
+    )
+    .await
+}
+
+/// [`cut_client`]'s warm-up, of `client`.
+async fn warmed(client: Client, cluster: &Cluster, resource: &str) -> Client {
     let key = crate::helpers::lock_key(&format!("{resource}-warm"));
     let on_every_node = || {
         cluster
@@ -354,6 +363,93 @@ async fn a_release_cut_at_every_await_frees_the_lock() {
     })
     .await;
     println!("release: cut at every await up to {cuts}");
+}
+
+/// `release()` cut at every await point while a waiter of another client,
+/// outside the fair queue (`fair(false)`), has marked every node as waited
+/// for: each node answers the lean release with -1 and needs the full
+/// release after it (issue 32), so a cut can fall between the two. Whatever
+/// the cut, the holder's value is gone from every node within 2 s (by the
+/// release or in the background), and the waiter, which retries only on a
+/// notice (its fallback 10 s away), gets the lock within 5 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_cut_at_every_await_frees_a_lock_waited_for() {
+    let cluster = Cluster::start(3);
+    let cuts = at_every_await(|cut| {
+        let cluster = &cluster;
+        async move {
+            let resource = format!("cut-marked-{cut}");
+            let holder = cut_client(cluster, &resource).await;
+            let waiting = crate::helpers::builder(cluster.urls())
+                .node_timeout(ms(300))
+                .fair(false)
+                .build()
+                .unwrap();
+            let waiting = warmed(waiting, cluster, &format!("{resource}-waiter")).await;
+            let key = crate::helpers::lock_key(&resource);
+            let marker = format!("{}wait:{resource}", redfence::limits::DEFAULT_PREFIX);
+            let guard = holder.acquire(&resource, CUT_TTL).await.unwrap();
+            let value = cluster
+                .nodes
+                .iter()
+                .map(|n| n.cli(&["GET", &key]).trim().to_owned())
+                .find(|v| !v.is_empty())
+                .expect("the holder's key on some node");
+            let waiter = tokio::spawn({
+                let resource = resource.clone();
+                async move {
+                    waiting
+                        .lock(&resource, secs(5))
+                        .retry(crate::helpers::notice_only_retry())
+                        .acquire()
+                        .await
+                }
+            });
+            let marked = eventually(secs(10), || {
+                cluster
+                    .nodes
+                    .iter()
+                    .all(|n| n.cli(&["EXISTS", &marker]).trim() == "1")
+            })
+            .await;
+            if !marked {
+                return Some(format!(
+                    "cut at await {cut}: the waiter never marked every node"
+                ));
+            }
+            let finished = Cut::new(guard.release(), cut).await.is_some();
+            let gone = eventually(secs(2), || {
+                cluster
+                    .nodes
+                    .iter()
+                    .all(|n| n.cli(&["GET", &key]).trim() != value)
+            })
+            .await;
+            if !gone {
+                let ttls: Vec<i64> = cluster.nodes.iter().map(|n| pttl(n, &key)).collect();
+                return Some(format!(
+                    "cut at await {cut}: the holder's key outlived the cut by 2 s (pttl {ttls:?})"
+                ));
+            }
+            match timeout(secs(5), waiter).await {
+                Ok(Ok(Ok(second))) => {
+                    second.release().await;
+                }
+                Ok(Ok(Err(e))) => {
+                    return Some(format!("cut at await {cut}: the waiter failed: {e}"))
+                }
+                Ok(Err(e)) => return Some(format!("cut at await {cut}: the waiter panicked: {e}")),
+                Err(_) => {
+                    return Some(format!(
+                        "cut at await {cut}: the waiter did not get the lock within 5 s"
+                    ))
+                }
+            }
+            finished.then(|| "finished".to_owned())
+        }
+    })
+    .await;
+    println!("release of a lock waited for: cut at every await up to {cuts}");
 }
 
 /// `extend()` cut at every await point: the guard still releases the lock
