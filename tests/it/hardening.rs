@@ -477,3 +477,177 @@ async fn behind_a_proxy_on_node_2(
     warm_up(&client, cluster).await;
     (slow, client)
 }
+
+/// What one run of the straggler scenario left: a lock key of the
+/// holder's on node 0, set by an acquire its replaced connection still
+/// carried, and how many connections the proxy to node 0 accepted.
+struct Straggler {
+    key_left: Option<i64>,
+    accepted: u64,
+}
+
+/// The acquire's `SET` stuck on a path that went silent: node 0 reached
+/// through a proxy that holds the open connection's bytes while new
+/// connections pass ([`Fault::StallBefore`]), as a middlebox that lost
+/// the connection's state would. The round decides on nodes 1 and 2;
+/// node 0's request times out, the client opens a fresh connection that
+/// answers while the old one does not echo, and replaces it. The release
+/// then goes over the new connection; after it, the proxy delivers what
+/// it held. `urls` name one ACL user on every node.
+async fn straggler_after_the_release(
+    cluster: &Cluster,
+    urls: Vec<String>,
+    resource: &str,
+) -> Straggler {
+    let proxy = proxy_to(&cluster.nodes[0]);
+    let mut urls = urls;
+    urls[0] = urls[0].replace(
+        &format!(":{}", cluster.nodes[0].port()),
+        &format!(":{}", proxy.port()),
+    );
+    let client = Client::builder(urls)
+        .node_timeout(ms(300))
+        .connect_timeout(ms(1000))
+        .restart_guard(RestartGuard::off())
+        .build()
+        .unwrap();
+    warm_up(&client, cluster).await;
+    let before = proxy.connections_accepted();
+    proxy.stall_open();
+    let guard = client.acquire(resource, secs(30)).await.unwrap();
+    // Node 0's connection replaced: a probe lock reaches node 0 again.
+    let probe = format!("{resource}-probe");
+    let fresh = eventually(secs(15), || proxy.connections_accepted() > before).await;
+    assert!(fresh, "no fresh connection to node 0");
+    let node0 = &cluster.nodes[0];
+    let mut reached = false;
+    for _ in 0..100 {
+        if let Ok(Some(g)) = client.try_acquire(&probe, secs(5)).await {
+            // The round decides on nodes 1 and 2; node 0's answer may come
+            // later.
+            reached = eventually(ms(300), || {
+                node0.cli(&["EXISTS", &lock_key(&probe)]).trim() == "1"
+            })
+            .await;
+            g.release().await;
+            if reached {
+                break;
+            }
+        }
+        tokio::time::sleep(ms(100)).await;
+    }
+    assert!(reached, "node 0 never reached again");
+    // The release, over the new connection, has run on node 0 (it finds
+    // nothing there) before the old path delivers what it held.
+    let monitor = node0.monitor();
+    let quoted = format!("\"{}\"", lock_key(resource));
+    guard.release().await;
+    assert!(
+        eventually(secs(5), || monitor
+            .lines()
+            .iter()
+            .any(|l| l.contains("EVALSHA") && l.contains(&quoted)))
+        .await,
+        "node 0 never ran the release"
+    );
+    let forwarded = proxy.bytes_forwarded();
+    proxy.set(Fault::Pass);
+    let _ = eventually(secs(2), || proxy.bytes_forwarded() > forwarded).await;
+    tokio::time::sleep(ms(500)).await;
+    let key = lock_key(resource);
+    let key_left = (cluster.nodes[0].cli(&["EXISTS", &key]).trim() == "1")
+        .then(|| crate::helpers::pttl(&cluster.nodes[0], &key));
+    Straggler {
+        key_left,
+        accepted: proxy.connections_accepted() - before,
+    }
+}
+
+/// A user `name` on every node of `cluster` with the lock's ACL rules
+/// (docs/operations.md, the first four rows) and `extra`; its URLs.
+fn acl_user(cluster: &Cluster, name: &str, extra: &[&str]) -> Vec<String> {
+    let table = crate::acl::readme_rules();
+    for node in &cluster.nodes {
+        let mut acl: Vec<String> = ["ACL", "SETUSER", name, "reset", "on", ">pa55word"]
+            .map(String::from)
+            .to_vec();
+        for row in &table[..4] {
+            acl.extend(row.1.iter().cloned());
+        }
+        acl.extend(extra.iter().map(|s| (*s).to_owned()));
+        let args: Vec<&str> = acl.iter().map(String::as_str).collect();
+        assert_eq!(node.cli(&args), "OK", "{args:?}");
+    }
+    cluster
+        .nodes
+        .iter()
+        .map(|n| format!("redis://{name}:pa55word@127.0.0.1:{}", n.port()))
+        .collect()
+}
+
+/// A replaced connection is cut off on the server (`CLIENT KILL ID`)
+/// before its replacement carries anything, so an acquire it still carried
+/// cannot run after the release sent on the new one and leave its key for
+/// the TTL. The control, a user without `client|id` and `client|kill`
+/// (docs/operations.md: the old connection is then only dropped), shows
+/// the straggler's key on node 0 with most of its 30 s TTL: the scenario
+/// makes one, and the check sees it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replaced_connection_is_cut_off_before_its_stragglers_run() {
+    let cluster = Cluster::start(3);
+    let cutting = acl_user(&cluster, "cutting", &["+client|id", "+client|kill"]);
+    let plain = acl_user(&cluster, "plain", &[]);
+    let cut = straggler_after_the_release(&cluster, cutting, "straggler-cut").await;
+    assert!(cut.accepted >= 1, "no fresh connection");
+    assert_eq!(
+        cut.key_left, None,
+        "the replaced connection's acquire ran after the release (pttl in ms)"
+    );
+    let control = straggler_after_the_release(&cluster, plain, "straggler-control").await;
+    assert!(control.accepted >= 1, "control: no fresh connection");
+    assert!(
+        control.key_left.is_some_and(|ms| ms > 20_000),
+        "control: no straggler's key on node 0 ({:?}): the scenario shows nothing",
+        control.key_left
+    );
+}
+
+/// After a lost connection, the next one to the same server cuts the old
+/// one off (`CLIENT KILL ID`, which `MONITOR` does not show, counted in
+/// `INFO commandstats`) while a first connection cuts off nothing: the
+/// reconnect's form of
+/// `a_replaced_connection_is_cut_off_before_its_stragglers_run`. Here the
+/// server already closed the old one (the proxy reset both sides), so the
+/// kill finds nothing to kill.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reconnect_cuts_off_the_lost_connection() {
+    let server = RedisServer::start();
+    let proxy = proxy_to(&server);
+    let client = client_with_timeout([proxy.url()], ms(300));
+    client
+        .acquire("reconnect-cut", secs(5))
+        .await
+        .unwrap()
+        .release()
+        .await;
+    assert_eq!(calls(&server, "client|id"), 1, "the handshake's CLIENT ID");
+    assert_eq!(
+        calls(&server, "client|kill"),
+        0,
+        "a first connection cut something off"
+    );
+    proxy.set(Fault::Reset);
+    assert!(eventually(secs(5), || proxy.open_connections() == 0).await);
+    proxy.set(Fault::Pass);
+    let mut again = None;
+    for _ in 0..50 {
+        if let Ok(guard) = client.acquire("reconnect-cut", secs(5)).await {
+            again = Some(guard);
+            break;
+        }
+        tokio::time::sleep(ms(100)).await;
+    }
+    again.expect("the lock after the reconnect").release().await;
+    assert!(proxy.connections_accepted() >= 2, "no reconnect");
+    assert_eq!(calls(&server, "client|kill"), 1, "the reconnect's cut-off");
+}

@@ -259,6 +259,39 @@ async fn stall_holds_bytes_and_delivers_them_on_healing() {
 }
 
 #[tokio::test]
+async fn stall_open_holds_the_open_connections_and_passes_new_ones() {
+    let server = RedisServer::start();
+    let proxy = proxy_to(&server);
+    let mut old = prompt("connect", connect(&proxy.url())).await.unwrap();
+    prompt("PING", ping(&mut old)).await.unwrap();
+
+    proxy.stall_open();
+    assert_eq!(proxy.fault(), Fault::StallBefore(1));
+    let set = redis::cmd("SET").arg("held-open").arg("v").clone();
+    let sent = timeout(SILENCE, set.query_async::<String>(&mut old)).await;
+    assert!(
+        sent.is_err(),
+        "the open connection's SET returned: {sent:?}"
+    );
+    // A new connection passes, in both directions.
+    let mut new = prompt("connect", connect(&proxy.url())).await.unwrap();
+    assert_eq!(prompt("PING new", ping(&mut new)).await.unwrap(), "PONG");
+    assert_eq!(
+        server.cli(&["EXISTS", "held-open"]),
+        "0",
+        "the SET got through"
+    );
+
+    // Healing delivers the held SET, and the old connection is in step.
+    proxy.set(Fault::Pass);
+    assert_eq!(
+        prompt("PING after healing", ping(&mut old)).await.unwrap(),
+        "PONG"
+    );
+    assert_eq!(server.cli(&["GET", "held-open"]), "v");
+}
+
+#[tokio::test]
 async fn drop_replies_runs_commands_the_client_never_hears_of() {
     let server = RedisServer::start();
     let proxy = proxy_to(&server);

@@ -113,6 +113,13 @@ pub enum Fault {
     /// end of stream), and new connections are accepted and aborted at once.
     /// Switching back accepts and forwards normally again.
     Reset,
+    /// [`Fault::Stall`] for the connections accepted before the `n`-th
+    /// (counting from 0), [`Fault::Pass`] for the others: a path that went
+    /// silent under the open connections while new ones get through (a
+    /// middlebox that lost their state), so that a client replaces them.
+    /// What they held is delivered, in order, when the fault changes.
+    /// [`FaultProxy::stall_open`] sets it for the connections open now.
+    StallBefore(u64),
 }
 
 /// What happens to one chunk in one direction under a fault.
@@ -131,8 +138,12 @@ enum Direction {
 }
 
 impl Fault {
-    fn action(self, dir: Direction) -> Action {
+    /// What this fault does to a chunk going `dir` on the `conn`-th
+    /// connection accepted.
+    fn action(self, dir: Direction, conn: u64) -> Action {
         match (self, dir) {
+            (Fault::StallBefore(n), _) if conn < n => Action::Hold,
+            (Fault::StallBefore(_), _) => Action::Forward(Duration::ZERO),
             (Fault::Pass, _)
             | (Fault::DropReplies, Direction::Request)
             | (Fault::DropRequests, Direction::Reply) => Action::Forward(Duration::ZERO),
@@ -270,6 +281,12 @@ impl FaultProxy {
         self.shared.fault.send_replace(fault);
     }
 
+    /// [`Fault::StallBefore`] the connections accepted so far: they go
+    /// silent, later ones pass.
+    pub fn stall_open(&self) {
+        self.set(Fault::StallBefore(self.connections_accepted()));
+    }
+
     pub fn fault(&self) -> Fault {
         self.shared.fault()
     }
@@ -322,12 +339,12 @@ async fn accept_loop(listener: TcpListener, shared: Arc<Shared>, mut stop: onesh
         };
         match accepted {
             Ok((client, _)) => {
-                shared.accepted.fetch_add(1, Ordering::Relaxed);
+                let conn = shared.accepted.fetch_add(1, Ordering::Relaxed);
                 let upstream = *shared
                     .upstream
                     .lock()
                     .unwrap_or_else(std::sync::PoisonError::into_inner);
-                tokio::spawn(serve(client, upstream, Arc::clone(&shared)));
+                tokio::spawn(serve(client, upstream, conn, Arc::clone(&shared)));
             }
             Err(_) => tokio::time::sleep(ACCEPT_ERROR_PAUSE).await,
         }
@@ -353,7 +370,7 @@ impl Drop for OpenGuard<'_> {
 
 /// One client connection: connect upstream, then pump both directions until
 /// both have ended, either side fails, or a `Reset` arrives.
-async fn serve(mut client: TcpStream, upstream: SocketAddr, shared: Arc<Shared>) {
+async fn serve(mut client: TcpStream, upstream: SocketAddr, conn: u64, shared: Arc<Shared>) {
     let _open = OpenGuard::new(&shared);
     let mut faults = shared.fault.subscribe();
     // `wait_for` looks at the current value first, so a `Reset` set before
@@ -383,8 +400,8 @@ async fn serve(mut client: TcpStream, upstream: SocketAddr, shared: Arc<Shared>)
         let (server_read, server_write) = server.split();
         let pumps = async {
             tokio::try_join!(
-                pump(client_read, server_write, Direction::Request, &shared),
-                pump(server_read, client_write, Direction::Reply, &shared),
+                pump(client_read, server_write, Direction::Request, conn, &shared),
+                pump(server_read, client_write, Direction::Reply, conn, &shared),
             )
         };
         tokio::select! {
@@ -431,6 +448,7 @@ async fn pump(
     mut from: ReadHalf<'_>,
     mut to: WriteHalf<'_>,
     dir: Direction,
+    conn: u64,
     shared: &Shared,
 ) -> io::Result<()> {
     let (queue, mut queued) = mpsc::channel::<Chunk>(QUEUE_CHUNKS);
@@ -443,7 +461,7 @@ async fn pump(
                 return Ok::<(), io::Error>(());
             }
             let now = Instant::now();
-            let due = match shared.fault().action(dir) {
+            let due = match shared.fault().action(dir, conn) {
                 Action::Discard => continue,
                 Action::Forward(delay) => now + delay.min(MAX_DELAY),
                 Action::Hold => now,
@@ -464,8 +482,11 @@ async fn pump(
             tokio::time::sleep_until(chunk.due.into()).await;
             // Held while stalled; dropped if a black hole began while the
             // chunk was queued. The borrow ends before the write awaits.
-            let discard = match faults.wait_for(|f| f.action(dir) != Action::Hold).await {
-                Ok(fault) => fault.action(dir) == Action::Discard,
+            let discard = match faults
+                .wait_for(|f| f.action(dir, conn) != Action::Hold)
+                .await
+            {
+                Ok(fault) => fault.action(dir, conn) == Action::Discard,
                 Err(_) => true,
             };
             if discard {

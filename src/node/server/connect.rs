@@ -76,13 +76,15 @@ impl Server {
         // The future holds a Weak: the node owns the future (in its state), so
         // a strong reference here would be a cycle that leaks both.
         let me = self.me.clone();
+        let predecessor = inner.installed.clone();
         let fut = async move {
-            let result = match tokio::time::timeout(
-                timeout,
-                reach(&client, sentinel.as_deref(), timeout, shard, gather),
-            )
-            .await
-            {
+            let connect = async {
+                let (conn, identity) =
+                    reach(&client, sentinel.as_deref(), timeout, shard, gather).await?;
+                cut_off(&conn, &identity, predecessor.as_deref()).await;
+                Ok((conn, identity))
+            };
+            let result = match tokio::time::timeout(timeout, connect).await {
                 Ok(r) => r,
                 Err(_) => Err(NodeErrorKind::Timeout(timeout)),
             };
@@ -146,6 +148,7 @@ impl Server {
                 tracing::debug!(node = %self.addr, run_id = %connected.identity.run_id, "connected");
                 self.watch_sentinels();
                 inner.backoff = self.timeouts.backoff_min;
+                inner.installed = Some(Arc::clone(&connected.identity));
                 inner.state = State::Ready(connected.clone());
                 // A new connection starts with a clean slate.
                 inner.stalled = None;
@@ -269,19 +272,24 @@ pub(super) async fn handshake(
     // The lock's scripts go in the same round trip: a fresh or restarted
     // server then has them before the first EVALSHA (a failed load, say an
     // ACL without SCRIPT, only leaves the NOSCRIPT fallback to do it).
-    let (mut c1, mut c2) = (conn.clone(), conn.clone());
+    // `CLIENT ID` too: the id by which the connection that may one day
+    // replace this one cuts it off (`cut_off`).
+    let (mut c1, mut c2, mut c3) = (conn.clone(), conn.clone(), conn.clone());
     let mut info_cmd = redis::cmd("INFO");
     info_cmd.arg("server");
     let role_cmd = redis::cmd("ROLE");
+    let mut id_cmd = redis::cmd("CLIENT");
+    id_cmd.arg("ID");
     let (plain, sharded) = (lock_scripts(), sharded_scripts());
     let sharded = if shard { &sharded[..] } else { &[] };
     let loads = futures::future::join_all(plain.iter().chain(sharded).map(|script| {
         let mut c = conn.clone();
         async move { script.load().query_async::<Value>(&mut c).await }
     }));
-    let (info, role, _) = futures::future::join3(
+    let (info, role, client_id, _) = futures::future::join4(
         info_cmd.query_async::<String>(&mut c1),
         role_cmd.query_async::<Value>(&mut c2),
+        id_cmd.query_async::<u64>(&mut c3),
         loads,
     )
     .await;
@@ -310,6 +318,39 @@ pub(super) async fn handshake(
         run_id: field("run_id"),
         version: field("redis_version"),
         uptime: info::uptime(&server).unwrap_or_default(),
+        // Refused (an ACL user without `client|id`): nothing to cut off by.
+        client_id: client_id.ok(),
     };
     Ok((conn, identity))
+}
+
+/// Cuts off the connection that `conn` (to the server `identity` names)
+/// follows, before `conn` carries anything: `CLIENT KILL ID` of
+/// `predecessor`, the newest connection installed before it. Whatever the
+/// old one still carried and the server had not run (bytes held on a
+/// stalled path or in a proxy, the server's unread buffer) is then thrown
+/// away with it, rather than run after what the new one sends: an
+/// acquire's `SET` after the release sent on the new connection would
+/// leave its key for its TTL (DESIGN.md section 2, "A replaced connection
+/// is cut off"). Only on the same server (`run_id`): on another one the id
+/// is some other client's. Best effort: a refusal (an ACL user without
+/// `client|kill`) or an id already gone changes nothing, and the old
+/// connection is only dropped, as before.
+pub(super) async fn cut_off(conn: &Link, identity: &Identity, predecessor: Option<&Identity>) {
+    let Some(old) = predecessor else {
+        return;
+    };
+    let Some(id) = old
+        .client_id
+        .filter(|id| old.run_id == identity.run_id && identity.client_id != Some(*id))
+    else {
+        return;
+    };
+    let mut kill = redis::cmd("CLIENT");
+    kill.arg("KILL").arg("ID").arg(id);
+    let mut conn = conn.clone();
+    match kill.query_async::<Value>(&mut conn).await {
+        Ok(killed) => tracing::debug!(id, ?killed, "the replaced connection cut off"),
+        Err(error) => tracing::debug!(id, %error, "the replaced connection not cut off"),
+    }
 }

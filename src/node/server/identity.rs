@@ -11,6 +11,11 @@ pub(crate) struct Identity {
     pub(crate) run_id: String,
     pub(crate) version: String,
     pub(crate) uptime: Duration,
+    /// The connection's own id on the server (`CLIENT ID`), when the
+    /// server told it (an ACL user without `client|id` gets none): the
+    /// connection that replaces this one cuts it off by this id
+    /// ([`cut_off`](super::connect::cut_off)).
+    pub(crate) client_id: Option<u64>,
 }
 
 /// Identity state shared by the nodes of one client: the `run_id` each node

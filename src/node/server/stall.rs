@@ -3,11 +3,12 @@
 //! tried beside the silent one.
 
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::Instant;
 
 use redis::Value;
 
-use super::connect::reach;
+use super::connect::{cut_off, reach};
 use super::identity::Identity;
 use super::link::Link;
 use super::state::{Inner, Server, State};
@@ -58,6 +59,7 @@ impl Server {
         inner.replacing = true;
         inner.next_replacement = now + self.timeouts.connect;
         let (old_generation, mut old_conn) = (old.generation, old.conn.clone());
+        let old_identity = Arc::clone(&old.identity);
         let (client, timeout, me) = (self.client.clone(), self.timeouts.connect, self.me.clone());
         let (shard, sentinel, gather) = (self.shard, self.sentinel.clone(), self.gathers());
         runtime.spawn(async move {
@@ -76,14 +78,30 @@ impl Server {
                 echo,
                 Ok(Ok(Value::BulkString(ref b))) if b.as_slice() == token.as_bytes()
             );
-            let Some(node) = me.upgrade() else { return };
             let fresh = if in_step {
                 None
             } else {
                 fresh.ok().and_then(Result::ok)
             };
+            if let Some((conn, identity)) = &fresh {
+                // Cut off before the fresh one carries anything (see
+                // `cut_off`), unless the old one was replaced meanwhile.
+                let current = me
+                    .upgrade()
+                    .is_some_and(|node| node.is_current(old_generation));
+                if current {
+                    let cut = cut_off(conn, identity, Some(&old_identity));
+                    let _ = tokio::time::timeout(timeout, cut).await;
+                }
+            }
+            let Some(node) = me.upgrade() else { return };
             node.finish_replacement(old_generation, fresh);
         });
+    }
+
+    /// Whether the connection of `generation` is still the node's.
+    fn is_current(&self, generation: u64) -> bool {
+        matches!(&self.lock_inner().state, State::Ready(c) if c.generation == generation)
     }
 
     pub(super) fn finish_replacement(&self, old_generation: u64, fresh: Option<(Link, Identity)>) {
@@ -99,7 +117,9 @@ impl Server {
         tracing::warn!(node = %self.addr, "connection out of step while a fresh one answers: replaced");
         let generation = inner.next_generation;
         inner.next_generation += 1;
-        inner.state = State::Ready(self.connected(conn, generation, identity));
+        let connected = self.connected(conn, generation, identity);
+        inner.installed = Some(Arc::clone(&connected.identity));
+        inner.state = State::Ready(connected);
         inner.stalled = None;
         self.stalled_hint.store(false, Ordering::Relaxed);
         self.gauges.stalled(&self.addr, false);

@@ -97,6 +97,10 @@ pub(super) struct Inner {
     /// The last connect's failure, if permanent; cleared by a connect that
     /// succeeds.
     pub(super) refused: Option<NodeErrorKind>,
+    /// The server and server-side id of the newest connection installed,
+    /// kept after it is lost: the next connection to the same server cuts
+    /// it off before it carries anything (`connect::cut_off`).
+    pub(super) installed: Option<Arc<Identity>>,
 }
 
 impl fmt::Debug for Server {
@@ -143,6 +147,7 @@ impl Server {
                 next_replacement: Instant::now(),
                 replacing: false,
                 refused: None,
+                installed: None,
             }),
             epoch: Instant::now(),
             last_reply: AtomicU64::new(0),
