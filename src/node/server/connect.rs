@@ -76,12 +76,19 @@ impl Server {
         // The future holds a Weak: the node owns the future (in its state), so
         // a strong reference here would be a cycle that leaks both.
         let me = self.me.clone();
-        let predecessor = inner.installed.clone();
+        let predecessor = inner
+            .installed
+            .clone()
+            .filter(|_| !self.cut_off_refused.load(Ordering::Relaxed));
         let fut = async move {
             let connect = async {
                 let (conn, identity) =
                     reach(&client, sentinel.as_deref(), timeout, shard, gather).await?;
-                cut_off(&conn, &identity, predecessor.as_deref()).await;
+                if cut_off(&conn, &identity, predecessor.as_deref()).await {
+                    if let Some(node) = me.upgrade() {
+                        node.cut_off_refused.store(true, Ordering::Relaxed);
+                    }
+                }
                 Ok((conn, identity))
             };
             let result = match tokio::time::timeout(timeout, connect).await {
@@ -331,26 +338,37 @@ pub(super) async fn handshake(
 /// stalled path or in a proxy, the server's unread buffer) is then thrown
 /// away with it, rather than run after what the new one sends: an
 /// acquire's `SET` after the release sent on the new connection would
-/// leave its key for its TTL (DESIGN.md section 2, "A replaced connection
+/// leave its key for its TTL (DESIGN.md section 3, "A replaced connection
 /// is cut off"). Only on the same server (`run_id`): on another one the id
-/// is some other client's. Best effort: a refusal (an ACL user without
-/// `client|kill`) or an id already gone changes nothing, and the old
-/// connection is only dropped, as before.
-pub(super) async fn cut_off(conn: &Link, identity: &Identity, predecessor: Option<&Identity>) {
+/// is some other client's. Best effort: an id already gone changes
+/// nothing, and a refusal (an ACL user without `client|kill`) leaves the
+/// old connection only dropped, as before, and is returned (`true`) so
+/// that the node does not ask again.
+pub(super) async fn cut_off(
+    conn: &Link,
+    identity: &Identity,
+    predecessor: Option<&Identity>,
+) -> bool {
     let Some(old) = predecessor else {
-        return;
+        return false;
     };
     let Some(id) = old
         .client_id
         .filter(|id| old.run_id == identity.run_id && identity.client_id != Some(*id))
     else {
-        return;
+        return false;
     };
     let mut kill = redis::cmd("CLIENT");
     kill.arg("KILL").arg("ID").arg(id);
     let mut conn = conn.clone();
     match kill.query_async::<Value>(&mut conn).await {
-        Ok(killed) => tracing::debug!(id, ?killed, "the replaced connection cut off"),
-        Err(error) => tracing::debug!(id, %error, "the replaced connection not cut off"),
+        Ok(killed) => {
+            tracing::debug!(id, ?killed, "the replaced connection cut off");
+            false
+        }
+        Err(error) => {
+            tracing::debug!(id, %error, "the replaced connection not cut off");
+            crate::wire::info::permission_denied(&error, "CLIENT KILL").is_some()
+        }
     }
 }

@@ -85,13 +85,18 @@ impl Server {
             };
             if let Some((conn, identity)) = &fresh {
                 // Cut off before the fresh one carries anything (see
-                // `cut_off`), unless the old one was replaced meanwhile.
-                let current = me
-                    .upgrade()
-                    .is_some_and(|node| node.is_current(old_generation));
-                if current {
+                // `cut_off`), unless the old one was replaced meanwhile or
+                // the server refused it before.
+                let asked = me.upgrade().is_some_and(|node| {
+                    node.is_current(old_generation) && !node.cut_off_refused.load(Ordering::Relaxed)
+                });
+                if asked {
                     let cut = cut_off(conn, identity, Some(&old_identity));
-                    let _ = tokio::time::timeout(timeout, cut).await;
+                    if let Ok(true) = tokio::time::timeout(timeout, cut).await {
+                        if let Some(node) = me.upgrade() {
+                            node.cut_off_refused.store(true, Ordering::Relaxed);
+                        }
+                    }
                 }
             }
             let Some(node) = me.upgrade() else { return };

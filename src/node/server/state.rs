@@ -71,6 +71,10 @@ pub(crate) struct Server {
     pub(super) reseed_wanted: AtomicBool,
     /// A re-seed is running.
     pub(super) reseeding: AtomicBool,
+    /// The server refused this node's `CLIENT KILL` (an ACL user without
+    /// `client|kill`): not asked again, so that its ACL log gets one entry
+    /// per node and client, not one per reconnect (`connect::cut_off`).
+    pub(super) cut_off_refused: AtomicBool,
     /// Up, stalled, quarantined: reported on change (feature `metrics`).
     pub(super) gauges: NodeGauges,
     /// A master shard of a Redis Cluster node: `redis_mode:cluster` is
@@ -155,6 +159,7 @@ impl Server {
             lineage: Mutex::new(restart::Lineage::default()),
             reseed_wanted: AtomicBool::new(false),
             reseeding: AtomicBool::new(false),
+            cut_off_refused: AtomicBool::new(false),
             gauges: NodeGauges::default(),
         })
     }
