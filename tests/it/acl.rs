@@ -38,6 +38,16 @@ pub(crate) fn readme_rules() -> Vec<(String, Vec<String>)> {
 /// A user `name` with the rules of the rows `rows` on every node,
 /// and its URLs.
 fn user(cluster: &Cluster, name: &str, rows: &[usize]) -> Vec<String> {
+    user_with(cluster, name, rows, &[])
+}
+
+/// [`user`], with the rules `extra` beside the rows'.
+pub(crate) fn user_with(
+    cluster: &Cluster,
+    name: &str,
+    rows: &[usize],
+    extra: &[&str],
+) -> Vec<String> {
     let table = readme_rules();
     for node in &cluster.nodes {
         let mut acl: Vec<String> = ["ACL", "SETUSER", name, "reset", "on", ">pa55word"]
@@ -46,6 +56,7 @@ fn user(cluster: &Cluster, name: &str, rows: &[usize]) -> Vec<String> {
         for &row in rows {
             acl.extend(table[row].1.iter().cloned());
         }
+        acl.extend(extra.iter().map(|rule| (*rule).to_owned()));
         let args: Vec<&str> = acl.iter().map(String::as_str).collect();
         assert_eq!(node.cli(&args), "OK", "{args:?}");
     }

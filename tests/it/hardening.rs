@@ -563,27 +563,9 @@ async fn straggler_after_the_release(
     }
 }
 
-/// A user `name` on every node of `cluster` with the lock's ACL rules
-/// (docs/operations.md, the first four rows) and `extra`; its URLs.
-fn acl_user(cluster: &Cluster, name: &str, extra: &[&str]) -> Vec<String> {
-    let table = crate::acl::readme_rules();
-    for node in &cluster.nodes {
-        let mut acl: Vec<String> = ["ACL", "SETUSER", name, "reset", "on", ">pa55word"]
-            .map(String::from)
-            .to_vec();
-        for row in &table[..4] {
-            acl.extend(row.1.iter().cloned());
-        }
-        acl.extend(extra.iter().map(|s| (*s).to_owned()));
-        let args: Vec<&str> = acl.iter().map(String::as_str).collect();
-        assert_eq!(node.cli(&args), "OK", "{args:?}");
-    }
-    cluster
-        .nodes
-        .iter()
-        .map(|n| format!("redis://{name}:pa55word@127.0.0.1:{}", n.port()))
-        .collect()
-}
+/// The rows of docs/operations.md's ACL table the lock's defaults need
+/// (every client, fencing, waiting, the restart guard).
+const LOCK_ROWS: &[usize] = &[0, 1, 2, 3];
 
 /// A replaced connection is cut off on the server (`CLIENT KILL ID`)
 /// before its replacement carries anything, so an acquire it still carried
@@ -595,8 +577,8 @@ fn acl_user(cluster: &Cluster, name: &str, extra: &[&str]) -> Vec<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replaced_connection_is_cut_off_before_its_stragglers_run() {
     let cluster = Cluster::start(3);
-    let cutting = acl_user(&cluster, "cutting", &["+client|kill"]);
-    let plain = acl_user(&cluster, "plain", &[]);
+    let cutting = crate::acl::user_with(&cluster, "cutting", LOCK_ROWS, &["+client|kill"]);
+    let plain = crate::acl::user_with(&cluster, "plain", LOCK_ROWS, &[]);
     let cut = straggler_after_the_release(&cluster, cutting, "straggler-cut").await;
     assert!(cut.accepted >= 1, "no fresh connection");
     assert_eq!(
@@ -610,6 +592,26 @@ async fn a_replaced_connection_is_cut_off_before_its_stragglers_run() {
         "control: no straggler's key on node 0 ({:?}): the scenario shows nothing",
         control.key_left
     );
+}
+
+/// Resets every connection through `proxy` (both sides), then takes and
+/// frees `resource` once `client` has reconnected.
+async fn reset_and_lock_again(
+    proxy: &crate::support::proxy::FaultProxy,
+    client: &Client,
+    resource: &str,
+) {
+    proxy.set(Fault::Reset);
+    assert!(eventually(secs(5), || proxy.open_connections() == 0).await);
+    proxy.set(Fault::Pass);
+    for _ in 0..50 {
+        if let Ok(guard) = client.acquire(resource, secs(5)).await {
+            guard.release().await;
+            return;
+        }
+        tokio::time::sleep(ms(100)).await;
+    }
+    panic!("{resource}: no lock after the reconnect");
 }
 
 /// After a lost connection, the next one to the same server cuts the old
@@ -636,18 +638,7 @@ async fn a_reconnect_cuts_off_the_lost_connection() {
         0,
         "a first connection cut something off"
     );
-    proxy.set(Fault::Reset);
-    assert!(eventually(secs(5), || proxy.open_connections() == 0).await);
-    proxy.set(Fault::Pass);
-    let mut again = None;
-    for _ in 0..50 {
-        if let Ok(guard) = client.acquire("reconnect-cut", secs(5)).await {
-            again = Some(guard);
-            break;
-        }
-        tokio::time::sleep(ms(100)).await;
-    }
-    again.expect("the lock after the reconnect").release().await;
+    reset_and_lock_again(&proxy, &client, "reconnect-cut").await;
     assert!(proxy.connections_accepted() >= 2, "no reconnect");
     assert_eq!(calls(&server, "client|kill"), 1, "the reconnect's cut-off");
 }
@@ -659,7 +650,7 @@ async fn a_reconnect_cuts_off_the_lost_connection() {
 async fn a_refused_cut_off_is_not_asked_again() {
     let cluster = Cluster::start(1);
     let server = &cluster.nodes[0];
-    let urls = acl_user(&cluster, "nokill", &[]);
+    let urls = crate::acl::user_with(&cluster, "nokill", LOCK_ROWS, &[]);
     let proxy = proxy_to(server);
     let url = urls[0].replace(
         &format!(":{}", server.port()),
@@ -687,18 +678,7 @@ async fn a_refused_cut_off_is_not_asked_again() {
         .release()
         .await;
     for round in 1..=3 {
-        proxy.set(Fault::Reset);
-        assert!(eventually(secs(5), || proxy.open_connections() == 0).await);
-        proxy.set(Fault::Pass);
-        let mut again = None;
-        for _ in 0..50 {
-            if let Ok(guard) = client.acquire("nokill", secs(5)).await {
-                again = Some(guard);
-                break;
-            }
-            tokio::time::sleep(ms(100)).await;
-        }
-        again.expect("the lock after the reconnect").release().await;
+        reset_and_lock_again(&proxy, &client, "nokill").await;
         assert!(
             proxy.connections_accepted() > round,
             "no reconnect in round {round}"
