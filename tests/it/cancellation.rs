@@ -452,6 +452,60 @@ async fn a_release_cut_at_every_await_frees_a_lock_waited_for() {
     println!("release of a lock waited for: cut at every await up to {cuts}");
 }
 
+/// A multi-resource set's `release()` (auto-extended, so its first await
+/// stops the set's watchdog) cut at every await point: every key of the
+/// set is gone from every node within 2 s (by the release or in the
+/// background: `MultiGuard::release` promises it is cancel-safe as the
+/// mutex's is), and no watchdog is left. Two nets catch a cut: the set's
+/// drop and, under it, its guards' drops; with both skipping their
+/// release, cuts 0 and 1 (the latter while the watchdog stops) left the
+/// three keys on every node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_set_release_cut_at_every_await_frees_every_key() {
+    let cluster = Cluster::start(3);
+    let cuts = at_every_await(|cut| {
+        let cluster = &cluster;
+        async move {
+            let names: Vec<String> = (0..3).map(|i| format!("cut-set-{cut}-{i}")).collect();
+            let client = &cut_client(cluster, &names[0]).await;
+            let guard = client
+                .lock_set(names.clone(), CUT_TTL)
+                .auto_extend(auto())
+                .acquire()
+                .await
+                .unwrap();
+            let finished = Cut::new(guard.release(), cut).await.is_some();
+            let keys: Vec<String> = names.iter().map(|n| crate::helpers::lock_key(n)).collect();
+            let left = || -> Vec<usize> {
+                cluster
+                    .nodes
+                    .iter()
+                    .map(|n| {
+                        keys.iter()
+                            .filter(|k| n.cli(&["EXISTS", k]).trim() == "1")
+                            .count()
+                    })
+                    .collect()
+            };
+            if !eventually(secs(2), || left() == [0, 0, 0]).await {
+                return Some(format!(
+                    "cut at await {cut}: keys of the set outlived the cut by 2 s, per node {:?}",
+                    left()
+                ));
+            }
+            if !eventually(ms(500), || client.stats().watchdogs == 0).await {
+                return Some(format!(
+                    "cut at await {cut}: {} watchdog task(s) alive after the set was freed",
+                    client.stats().watchdogs
+                ));
+            }
+            finished.then(|| "finished".to_owned())
+        }
+    })
+    .await;
+    println!("set release: cut at every await up to {cuts}");
+}
+
 /// `extend()` cut at every await point: the guard still releases the lock
 /// at once, everywhere the extend may have reached.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
